@@ -101,7 +101,9 @@ typedef struct TFL_Plugin_Initialize_Args {
 typedef TFL_Error* TFL_Plugin_Initialize(TFL_Plugin_Initialize_Args* args);
 
 /* Tears the plugin down at process exit. The host has synchronized every
- * device and released every stream, event and allocation it created. */
+ * device and released its cached memory and its streams; allocations still
+ * held by live tensors are abandoned and the plugin may reclaim them. No
+ * other function is called afterwards. */
 typedef struct TFL_Plugin_Shutdown_Args {
   size_t struct_size;
 } TFL_Plugin_Shutdown_Args;

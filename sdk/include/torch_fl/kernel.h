@@ -139,11 +139,12 @@ typedef struct TFL_KernelDesc {
 /* A new operator with autograd, in the plugin's own namespace.
  *
  * Forward: inputs are the schema's arguments, outputs its returns; output i
- * takes the sizes and dtype of tensor input output_like[i].
+ * takes the sizes and dtype of the tensor argument at schema position
+ * output_like[i] (dense, row-major).
  * Backward (optional; without it the op is not differentiable): inputs are
  * the gradients of the forward outputs (TFL_VALUE_NONE where undefined), then
- * the forward inputs, then the forward outputs; outputs are one gradient per
- * forward tensor input, in order, allocated like that input. */
+ * the forward arguments, then the forward outputs; outputs are one gradient
+ * per forward tensor argument, in order, allocated like that argument. */
 typedef struct TFL_CustomOpDesc {
   size_t struct_size;
   const char* schema;           /* e.g. "flemu::scaled_gelu(Tensor x, float s) -> Tensor" */
@@ -152,7 +153,7 @@ typedef struct TFL_CustomOpDesc {
   void* user_data;
   uint64_t dtypes;              /* as in TFL_KernelDesc */
   uint32_t flags;               /* TFL_KernelFlags that apply to tensors */
-  const int32_t* output_like;   /* one entry per return */
+  const int32_t* output_like;   /* one schema position per return */
   size_t num_outputs;
 } TFL_CustomOpDesc;
 #define TFL_CustomOpDesc_STRUCT_SIZE TFL_STRUCT_SIZE(TFL_CustomOpDesc, num_outputs)

@@ -1,0 +1,45 @@
+"""Benchmarks report ratios against a baseline measured in the same run.
+
+A benchmark names its baseline with `benchmark.extra_info["baseline"] = "<test name>"`;
+after the run the ratios of medians are printed and written to
+.benchmarks/ratios.json. Nothing here fails on a time.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch  # noqa: F401 - autoloads the plugin under test
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001
+    session = getattr(config, "_benchmarksession", None)
+    if session is None or not session.benchmarks:
+        return
+    medians = {b.name: b.stats.median for b in session.benchmarks if b.stats}
+    rows = []
+    for b in session.benchmarks:
+        baseline = b.extra_info.get("baseline")
+        if baseline and baseline in medians and b.name in medians:
+            target = b.extra_info.get("target")
+            rows.append({
+                "benchmark": b.name,
+                "baseline": baseline,
+                "median_us": medians[b.name] * 1e6,
+                "baseline_median_us": medians[baseline] * 1e6,
+                "ratio": medians[b.name] / medians[baseline],
+                "target": target,
+            })
+    if not rows:
+        return
+    terminalreporter.section("ratios against same-run baselines")
+    for r in rows:
+        target = f" (target <= {r['target']})" if r["target"] is not None else ""
+        terminalreporter.write_line(
+            f"{r['benchmark']}: {r['median_us']:.2f} us / {r['baseline']}: "
+            f"{r['baseline_median_us']:.2f} us = {r['ratio']:.2f}x{target}"
+        )
+    out = Path(config.rootpath) / ".benchmarks" / "ratios.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(rows, indent=2))

@@ -1,0 +1,65 @@
+"""Per-op overhead of the bridge: a 16-element float32 op issued on flemu against
+the same op on the CPU, in the same run.
+
+- native: aten::add.Tensor runs flemu's kernel (target: <= 2.0x CPU)
+- fallback: aten::atan2 has no flemu kernel and runs on the CPU fallback, copies
+  included (target: <= 6x CPU)
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torch_fl
+
+N = 16
+
+
+@pytest.fixture(scope="module")
+def host() -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    return torch.rand(N) + 0.5, torch.rand(N) + 0.5
+
+
+@pytest.fixture(scope="module")
+def device(host: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    assert torch_fl.get_plugin() is not None, "the benchmark needs the flemu plugin"
+    a, b = host[0].to("flemu"), host[1].to("flemu")
+    # The first call of an op computes its output metadata (milliseconds, once);
+    # the benchmark measures the steady state.
+    with torch_fl.fallback_mode("silent"):
+        for _ in range(10):
+            torch.add(a, b)
+            torch.atan2(a, b)
+    torch.flemu.synchronize()
+    return a, b
+
+
+def test_add_cpu(benchmark, host) -> None:  # noqa: ANN001
+    a, b = host
+    benchmark(torch.add, a, b)
+
+
+def test_add_flemu_native(benchmark, device) -> None:  # noqa: ANN001
+    a, b = device
+    benchmark.extra_info.update(baseline="test_add_cpu", target=2.0)
+    with torch_fl.op_stats_scope() as scope:
+        benchmark(torch.add, a, b)
+        torch.flemu.synchronize()
+    row = scope.table.get("aten::add.Tensor")
+    assert row.native > 0 and row.cpu_fallback == 0, scope.table
+
+
+def test_atan2_cpu(benchmark, host) -> None:  # noqa: ANN001
+    a, b = host
+    benchmark(torch.atan2, a, b)
+
+
+def test_atan2_flemu_fallback(benchmark, device) -> None:  # noqa: ANN001
+    a, b = device
+    benchmark.extra_info.update(baseline="test_atan2_cpu", target=6.0)
+    with torch_fl.fallback_mode("silent"), torch_fl.op_stats_scope() as scope:
+        benchmark(torch.atan2, a, b)
+    row = scope.table.get("aten::atan2.out")  # structured: the functional runs as .out
+    assert row.cpu_fallback > 0 and row.native == 0, scope.table

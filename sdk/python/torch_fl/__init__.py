@@ -1,0 +1,90 @@
+"""torch-fl: plug a new AI accelerator into PyTorch with one shared library.
+
+    import torch_fl
+    torch_fl.register_device_plugin("flemu")      # or autoloaded at `import torch`
+    x = torch.randn(4, 4, device="flemu:0")
+    print(torch_fl.op_stats())                      # what ran natively, what fell back
+"""
+
+from __future__ import annotations
+
+import os
+
+from torch_fl._discovery import PluginSpec, discover_plugins
+from torch_fl._registration import PluginHandle, get_plugin, register_device_plugin
+from torch_fl.device_module import DeviceProperties
+from torch_fl.errors import (
+    ABIMismatchError,
+    InvalidDeviceNameError,
+    MissingEntrySymbolError,
+    MissingFunctionsError,
+    NotASharedLibraryError,
+    PluginConflictError,
+    PluginError,
+    PluginInitializationError,
+    PluginNotFoundError,
+)
+from torch_fl.op_stats import (
+    OpStat,
+    OpStatsTable,
+    fallback_mode,
+    get_fallback_mode,
+    op_stats,
+    op_stats_scope,
+    reset_op_stats,
+    set_fallback_mode,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ABIMismatchError",
+    "DeviceProperties",
+    "InvalidDeviceNameError",
+    "MissingEntrySymbolError",
+    "MissingFunctionsError",
+    "NotASharedLibraryError",
+    "OpStat",
+    "OpStatsTable",
+    "PluginConflictError",
+    "PluginError",
+    "PluginHandle",
+    "PluginInitializationError",
+    "PluginNotFoundError",
+    "PluginSpec",
+    "abi_version",
+    "discover_plugins",
+    "fallback_mode",
+    "get_fallback_mode",
+    "get_include",
+    "get_plugin",
+    "native_kernels",
+    "op_stats",
+    "op_stats_scope",
+    "register_device_plugin",
+    "reset_op_stats",
+    "set_fallback_mode",
+]
+
+
+def get_include() -> str:
+    """The directory holding torch_fl/*.h, the plugin ABI headers."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    installed = os.path.join(here, "include")
+    if os.path.isdir(installed):
+        return installed
+    return os.path.normpath(os.path.join(here, "..", "..", "include"))
+
+
+def abi_version() -> tuple[int, int]:
+    """The plugin ABI version this torch_fl speaks (major, minor)."""
+    from torch_fl import _C
+
+    return tuple(_C.abi_version())
+
+
+def native_kernels() -> dict[str, list[str]]:
+    """Operator overloads served by the registered plugin, with their dtypes."""
+    from torch_fl import _C
+
+    return dict(_C.native_kernels())

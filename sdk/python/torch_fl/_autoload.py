@@ -1,0 +1,34 @@
+"""The `torch.backends` entry point: `import torch` registers the best plugin.
+
+It must never raise: a raising entry point breaks every `import torch`. A
+failure is a warning and leaves the device unregistered.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+__all__ = ["autoload"]
+
+_attempted = False
+
+
+def autoload() -> None:
+    global _attempted
+    if _attempted or os.environ.get("TORCH_FL_AUTOLOAD", "1") == "0":
+        return
+    _attempted = True
+    try:
+        from torch_fl._registration import autoload_best_plugin
+
+        autoload_best_plugin()
+    except Exception as exc:  # never let a plugin break `import torch`
+        warnings.warn(
+            f"torch_fl: autoloading a device plugin failed ({type(exc).__name__}: {exc}); "
+            "the device is not registered. Run `python -c \"import torch_fl; "
+            "torch_fl.register_device_plugin('<name>')\"` to see the full error, or set "
+            "TORCH_FL_AUTOLOAD=0 to skip autoloading.",
+            RuntimeWarning,
+            stacklevel=2,
+        )

@@ -1,0 +1,449 @@
+#include "fallback.h"
+
+#include "copy.h"
+#include "generator.h"
+#include "op_stats.h"
+#include "plugin.h"
+#include "streams.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/native/TypeProperties.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <set>
+
+namespace torch_fl::bridge {
+
+namespace {
+
+std::atomic<int> g_mode{static_cast<int>(FallbackMode::Warn)};
+
+struct DecompositionState {
+  std::mutex mutex;
+  Decomposer decomposer;
+  DecompositionProbe probe;
+  std::map<std::string, bool> has_decomposition;           // per op
+  std::set<std::pair<std::string, int>> not_decomposable; // per op and dtype
+  std::set<std::string> warned;
+};
+
+DecompositionState& state() {
+  static auto* s = new DecompositionState();
+  return *s;
+}
+
+bool is_device_tensor(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
+c10::ScalarType common_dtype(c10::ArrayRef<c10::IValue> args, const c10::FunctionSchema& schema) {
+  at::native::ResultTypeState promote{};
+  bool any = false;
+  auto take = [&](const at::Tensor& t) {
+    if (t.defined()) {
+      promote = at::native::update_result_type_state(t, promote);
+      any = true;
+    }
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (schema.arguments()[i].is_out()) {
+      continue;
+    }
+    const c10::IValue& v = args[i];
+    if (v.isTensor()) {
+      take(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) {
+        take(t);
+      }
+    } else if (v.isOptionalTensorList()) {
+      for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+        if (t.has_value()) {
+          take(*t);
+        }
+      }
+    }
+  }
+  if (any) {
+    return at::native::result_type(promote);
+  }
+  for (const c10::IValue& v : args) {
+    if (v.isTensor() && v.toTensor().defined()) {
+      return v.toTensor().scalar_type();
+    }
+  }
+  return c10::ScalarType::Undefined;
+}
+
+std::string dtype_name(c10::ScalarType dtype) {
+  return dtype == c10::ScalarType::Undefined ? std::string("no dtype")
+                                             : std::string(c10::getDtypeNames(dtype).first);
+}
+
+bool takes_generator(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& arg : schema.arguments()) {
+    c10::TypePtr type = arg.type();
+    if (auto opt = type->cast<c10::OptionalType>()) {
+      type = opt->getElementType();
+    }
+    if (type->kind() == c10::TypeKind::GeneratorType) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool try_decompose(
+    const c10::OperatorHandle& op,
+    const std::string& name,
+    torch::jit::Stack* stack,
+    c10::ScalarType dtype) {
+  // Random ops decompose into prims that draw on the CPU generator: never native.
+  if (takes_generator(op.schema())) {
+    return false;
+  }
+  DecompositionState& s = state();
+  Decomposer decomposer;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.decomposer || s.not_decomposable.count({name, static_cast<int>(dtype)})) {
+      return false;
+    }
+    decomposer = s.decomposer;
+    auto it = s.has_decomposition.find(name);
+    if (it != s.has_decomposition.end() && !it->second) {
+      return false;
+    }
+    if (it == s.has_decomposition.end()) {
+      DecompositionProbe probe = s.probe;
+      s.mutex.unlock();
+      const bool has = probe(name);
+      s.mutex.lock();
+      s.has_decomposition[name] = has;
+      if (!has) {
+        return false;
+      }
+    }
+  }
+  // A decomposition that reaches its own op again must not recurse.
+  thread_local std::set<std::string> active;
+  if (!active.insert(name).second) {
+    return false;
+  }
+  bool handled = false;
+  try {
+    handled = decomposer(op, stack, dtype);
+  } catch (...) {
+    active.erase(name);
+    throw;
+  }
+  active.erase(name);
+  if (handled) {
+    return true;
+  }
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.not_decomposable.insert({name, static_cast<int>(dtype)});
+  return false;
+}
+
+// The op's results alias its inputs without mutating them: a CPU run would
+// hand back copies where the caller expects views.
+bool returns_view(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& ret : schema.returns()) {
+    if (ret.alias_info() != nullptr && !ret.alias_info()->isWrite()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+int aliased_argument(const c10::FunctionSchema& schema, const c10::Argument& ret) {
+  const c10::AliasInfo* alias = ret.alias_info();
+  if (alias == nullptr || !alias->isWrite()) {
+    return -1;
+  }
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const c10::AliasInfo* a = schema.arguments()[i].alias_info();
+    if (a != nullptr && a->isWrite() && a->beforeSets() == alias->beforeSets()) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+struct Mutated {
+  at::Tensor device;
+  at::Tensor host;
+};
+
+// Copy in, run the CPU kernel, copy back.
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const size_t nargs = schema.arguments().size();
+  auto args = torch::jit::last(*stack, nargs);
+  c10::DeviceIndex device = -1;
+  std::vector<Mutated> mutated;
+  torch::jit::Stack cpu_stack;
+  cpu_stack.reserve(nargs);
+  uint64_t numel = 1;
+  int generator_arg = -1;
+
+  auto host_of = [&](const at::Tensor& t, bool write, bool out) -> at::Tensor {
+    if (!is_device_tensor(t)) {
+      return t;
+    }
+    if (device < 0) {
+      device = t.device().index();
+    }
+    numel = std::max<uint64_t>(numel, static_cast<uint64_t>(t.numel()));
+    // out= tensors are overwritten: their old contents need not travel.
+    at::Tensor host = out ? at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kCPU))
+                          : to_host(t);
+    if (write) {
+      mutated.push_back({t, host});
+    }
+    return host;
+  };
+
+  for (size_t i = 0; i < nargs; ++i) {
+    const c10::Argument& arg = schema.arguments()[i];
+    const bool write = arg.alias_info() != nullptr && arg.alias_info()->isWrite();
+    const bool out = arg.is_out();
+    const c10::IValue& v = args[i];
+    if (v.isTensor()) {
+      cpu_stack.emplace_back(host_of(v.toTensor(), write, out));
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor& t : v.toTensorList()) {
+        list.push_back(host_of(t, write, out));
+      }
+      cpu_stack.emplace_back(std::move(list));
+    } else if (v.isOptionalTensorList()) {
+      c10::List<std::optional<at::Tensor>> list;
+      for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+        list.push_back(t.has_value() ? std::optional<at::Tensor>(host_of(*t, write, out)) : std::nullopt);
+      }
+      cpu_stack.emplace_back(std::move(list));
+    } else if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
+      const c10::Device d = v.toDevice();
+      if (device < 0) {
+        device = d.has_index() ? d.index() : current_device();
+      }
+      cpu_stack.emplace_back(c10::Device(c10::DeviceType::CPU));
+    } else {
+      if (arg.type()->kind() == c10::TypeKind::GeneratorType ||
+          (arg.type()->kind() == c10::TypeKind::OptionalType &&
+           arg.type()->castRaw<c10::OptionalType>()->getElementType()->kind() ==
+               c10::TypeKind::GeneratorType)) {
+        generator_arg = static_cast<int>(i);
+      }
+      cpu_stack.push_back(v);
+    }
+  }
+  if (device < 0) {
+    device = current_device();
+  }
+  if (generator_arg >= 0) {
+    // Draw from the device generator's stream of numbers, so the result
+    // depends on torch.manual_seed / the caller's device generator.
+    std::optional<at::Generator> gen;
+    if (!args[generator_arg].isNone()) {
+      gen = args[generator_arg].toGenerator();
+    }
+    auto [seed, offset] = generator_for(gen, device)->reserve(numel);
+    const uint64_t mixed = seed ^ (offset * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull);
+    cpu_stack[generator_arg] = at::detail::createCPUGenerator(mixed);
+  }
+
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &cpu_stack);
+
+  for (Mutated& m : mutated) {
+    if (m.device.sizes() != m.host.sizes()) {
+      m.device.resize_(m.host.sizes());
+    }
+    m.device.copy_(m.host);
+  }
+  std::vector<c10::IValue> results;
+  results.reserve(schema.returns().size());
+  for (size_t r = 0; r < schema.returns().size(); ++r) {
+    const c10::IValue& value = cpu_stack[r];
+    const int alias = aliased_argument(schema, schema.returns()[r]);
+    if (alias >= 0) {
+      results.push_back(args[alias]);
+    } else if (value.isTensor()) {
+      const at::Tensor& t = value.toTensor();
+      results.emplace_back(t.defined() ? to_device(t, device) : t);
+    } else if (value.isTensorList()) {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor& t : value.toTensorList()) {
+        list.push_back(t.defined() ? to_device(t, device) : t);
+      }
+      results.emplace_back(std::move(list));
+    } else {
+      results.push_back(value);
+    }
+  }
+  torch::jit::drop(*stack, nargs);
+  for (c10::IValue& r : results) {
+    stack->push_back(std::move(r));
+  }
+}
+
+void fallback_boxed(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  run_fallback(op, ks, stack, "the plugin has no kernel for it");
+}
+
+} // namespace
+
+void set_fallback_mode(FallbackMode mode) {
+  g_mode.store(static_cast<int>(mode));
+}
+
+FallbackMode fallback_mode() {
+  return static_cast<FallbackMode>(g_mode.load());
+}
+
+void set_decomposer(Decomposer decomposer, DecompositionProbe probe) {
+  DecompositionState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.decomposer = std::move(decomposer);
+  s.probe = std::move(probe);
+  s.has_decomposition.clear();
+  s.not_decomposable.clear();
+}
+
+void run_fallback(
+    const c10::OperatorHandle& op,
+    c10::DispatchKeySet /*ks*/,
+    torch::jit::Stack* stack,
+    const char* reason) {
+  const c10::FunctionSchema& schema = op.schema();
+  const std::string name = c10::toString(schema.operator_name());
+  const c10::ScalarType dtype =
+      common_dtype(torch::jit::last(*stack, schema.arguments().size()), schema);
+  OpCounter& counter = op_counter(name, dtype);
+  const std::string& plugin = active_plugin().name();
+  const uint64_t start = now_ns();
+
+  if (try_decompose(op, name, stack, dtype)) {
+    counter.add(Path::Decomposed, now_ns() - start);
+    return;
+  }
+  if (returns_view(schema)) {
+    counter.add(Path::Failed, now_ns() - start);
+    TORCH_CHECK_NOT_IMPLEMENTED(
+        false, name, " (", dtype_name(dtype), ") is not implemented for the '", plugin,
+        "' device and cannot run on the CPU fallback because it returns a view of its "
+        "input; the plugin must implement it");
+  }
+  const FallbackMode mode = fallback_mode();
+  if (mode == FallbackMode::Error) {
+    counter.add(Path::Failed, now_ns() - start);
+    TORCH_CHECK_NOT_IMPLEMENTED(
+        false, name, " (", dtype_name(dtype), ") would run on the CPU fallback: ", reason,
+        ". TORCH_FL_FALLBACK=error forbids CPU fallbacks; implement the op in the '",
+        plugin, "' plugin, or set TORCH_FL_FALLBACK=warn to allow them");
+  }
+  if (mode == FallbackMode::Warn) {
+    bool first = false;
+    {
+      DecompositionState& s = state();
+      std::lock_guard<std::mutex> lock(s.mutex);
+      first = s.warned.insert(name).second;
+    }
+    if (first) {
+      TORCH_WARN(
+          name, " (", dtype_name(dtype), ") is not native on the '", plugin, "' device (",
+          reason, "); it runs on the CPU with copies in and out. "
+          "torch_fl.op_stats() counts every such call; TORCH_FL_FALLBACK=silent hides "
+          "this warning, TORCH_FL_FALLBACK=error forbids the fallback.");
+    }
+  }
+  const uint64_t bytes_before = transfer_bytes();
+  try {
+    cpu_fallback(op, stack);
+  } catch (c10::Error& e) {
+    counter.add(Path::Failed, now_ns() - start, transfer_bytes() - bytes_before);
+    e.add_context(
+        name + " is not native on the '" + plugin +
+        "' device; this error comes from its CPU fallback");
+    throw;
+  }
+  counter.add(Path::CpuFallback, now_ns() - start, transfer_bytes() - bytes_before);
+}
+
+void register_fallback(torch::Library& lib) {
+  lib.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback_boxed>());
+}
+
+namespace {
+
+c10::OperatorHandle aten_op(const char* name, const char* overload = "") {
+  auto handle = c10::Dispatcher::singleton().findOp(c10::OperatorName(name, overload));
+  TORCH_INTERNAL_ASSERT(handle.has_value(), name, " is not registered");
+  return *handle;
+}
+
+// aten::convolution dispatches to convolution_overrideable on out-of-tree
+// devices, whose default raises; the CPU fallback would reach that default
+// too. Both run as aten::convolution instead (same arguments).
+void convolution_overrideable(
+    const c10::OperatorHandle& /*op*/,
+    c10::DispatchKeySet ks,
+    torch::jit::Stack* stack) {
+  static const c10::OperatorHandle convolution = aten_op("aten::convolution");
+  run_fallback(convolution, ks, stack, "the plugin has no convolution kernel");
+}
+
+// convolution_backward_overrideable lacks convolution_backward's bias_sizes
+// argument; it is inserted (the bias has one entry per output channel).
+void convolution_backward_overrideable(
+    const c10::OperatorHandle& /*op*/,
+    c10::DispatchKeySet ks,
+    torch::jit::Stack* stack) {
+  static const c10::OperatorHandle backward = aten_op("aten::convolution_backward");
+  constexpr size_t kArgs = 10;
+  auto args = torch::jit::last(*stack, kArgs);
+  const at::Tensor weight = args[2].toTensor();
+  const bool transposed = args[6].toBool();
+  const int64_t groups = args[8].toInt();
+  const int64_t channels = transposed ? weight.size(1) * groups : weight.size(0);
+  torch::jit::Stack rewritten;
+  rewritten.reserve(kArgs + 1);
+  for (size_t i = 0; i < kArgs; ++i) {
+    if (i == 3) {
+      rewritten.emplace_back(std::vector<int64_t>{channels});
+    }
+    rewritten.push_back(args[i]);
+  }
+  torch::jit::drop(*stack, kArgs);
+  run_fallback(backward, ks, &rewritten, "the plugin has no convolution_backward kernel");
+  for (c10::IValue& r : rewritten) {
+    stack->push_back(std::move(r));
+  }
+}
+
+} // namespace
+
+void register_overrideable_ops(torch::Library& aten, const std::vector<std::string>& native) {
+  auto served = [&](const char* name) {
+    return std::find(native.begin(), native.end(), name) != native.end();
+  };
+  if (!served("aten::convolution_overrideable")) {
+    aten.impl(
+        "convolution_overrideable",
+        torch::CppFunction::makeFromBoxedFunction<&convolution_overrideable>());
+  }
+  if (!served("aten::convolution_backward_overrideable")) {
+    aten.impl(
+        "convolution_backward_overrideable",
+        torch::CppFunction::makeFromBoxedFunction<&convolution_backward_overrideable>());
+  }
+}
+
+} // namespace torch_fl::bridge

@@ -1,0 +1,238 @@
+// The operators every PrivateUse1 device needs, implemented by the bridge
+// over the plugin's memory ABI so that no vendor ever writes them: tensor
+// creation, views, resize/set, copies, scalar reads and record_stream.
+#include "minimal_ops.h"
+
+#include "caching_allocator.h"
+#include "copy.h"
+#include "device_tensor.h"
+#include "op_stats.h"
+#include "plugin.h"
+#include "streams.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/util/strides.h>
+#include <torch/library.h>
+
+namespace torch_fl::bridge {
+
+namespace {
+
+c10::DeviceIndex device_index_of(std::optional<c10::Device> device) {
+  if (!device.has_value() || !device->has_index()) {
+    return current_device();
+  }
+  TORCH_CHECK(
+      device->type() == c10::DeviceType::PrivateUse1,
+      "expected a torch-fl device, got ", *device);
+  check_device_index(device->index());
+  return device->index();
+}
+
+void check_options(std::optional<c10::Layout> layout, std::optional<bool> pin_memory) {
+  TORCH_CHECK(
+      c10::layout_or_default(layout) == c10::Layout::Strided,
+      "torch-fl devices hold strided (dense) tensors only; got layout ", *layout);
+  TORCH_CHECK(
+      !c10::pinned_memory_or_default(pin_memory),
+      "pin_memory applies to CPU tensors only");
+}
+
+at::Tensor empty_memory_format(
+    c10::IntArrayRef size,
+    std::optional<c10::ScalarType> dtype,
+    std::optional<c10::Layout> layout,
+    std::optional<c10::Device> device,
+    std::optional<bool> pin_memory,
+    std::optional<c10::MemoryFormat> memory_format) {
+  check_options(layout, pin_memory);
+  return empty_device(
+      size, c10::dtype_or_default(dtype), device_index_of(device), memory_format);
+}
+
+at::Tensor empty_strided(
+    c10::IntArrayRef size,
+    c10::IntArrayRef stride,
+    std::optional<c10::ScalarType> dtype,
+    std::optional<c10::Layout> layout,
+    std::optional<c10::Device> device,
+    std::optional<bool> pin_memory) {
+  check_options(layout, pin_memory);
+  return empty_device(size, stride, c10::dtype_or_default(dtype), device_index_of(device));
+}
+
+at::Tensor as_strided(
+    const at::Tensor& self,
+    c10::IntArrayRef size,
+    c10::IntArrayRef stride,
+    std::optional<int64_t> storage_offset) {
+  return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
+}
+
+at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) {
+  return at::native::view(self, size);
+}
+
+at::Tensor reshape_alias(
+    const at::Tensor& self,
+    c10::IntArrayRef size,
+    c10::IntArrayRef stride) {
+  return at::native::_reshape_alias(self, size, stride);
+}
+
+at::Tensor unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64_t step) {
+  return at::native::unfold(self, dimension, size, step);
+}
+
+at::Tensor view_as_real(const at::Tensor& self) {
+  return at::native::view_as_real(self);
+}
+
+at::Tensor view_as_complex(const at::Tensor& self) {
+  return at::native::view_as_complex(self);
+}
+
+const at::Tensor& resize_(
+    const at::Tensor& self,
+    c10::IntArrayRef size,
+    std::optional<c10::MemoryFormat> memory_format) {
+  c10::TensorImpl* impl = self.unsafeGetTensorImpl();
+  if (impl->sizes() != size) {
+    impl->set_sizes_contiguous(size);
+  }
+  const size_t needed = at::detail::computeStorageNbytesContiguous(
+      size, impl->itemsize(), static_cast<size_t>(impl->storage_offset()));
+  if (needed > impl->storage().nbytes()) {
+    resize_storage_bytes(impl->storage(), needed);
+  }
+  if (memory_format.has_value()) {
+    TORCH_CHECK(
+        *memory_format != c10::MemoryFormat::Preserve,
+        "unsupported memory format ", *memory_format);
+    impl->empty_tensor_restride(*memory_format);
+  }
+  return self;
+}
+
+at::Tensor& set_storage(
+    at::Tensor& self,
+    c10::Storage source,
+    int64_t storage_offset,
+    c10::IntArrayRef size,
+    c10::IntArrayRef stride) {
+  const c10::DimVector strides = stride.empty() && !size.empty()
+      ? c10::contiguous_strides(size)
+      : c10::DimVector(stride);
+  at::native::checkSetStorage(self, source, storage_offset, size, c10::IntArrayRef(strides));
+  self.unsafeGetTensorImpl()->set_storage_offset(storage_offset);
+  at::native::setStrided(self, size, c10::IntArrayRef(strides), storage_offset);
+  return self;
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
+  const int64_t numel = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  return set_storage(self, std::move(source), 0, {numel}, {});
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  if (self.unsafeGetTensorImpl() == source.unsafeGetTensorImpl()) {
+    return self;
+  }
+  return set_storage(
+      self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage storage(
+      c10::Storage::use_byte_size_t(), 0,
+      CachingAllocator::get().allocate_on(self.device().index(), 0),
+      &CachingAllocator::get(), true);
+  return set_storage(self, std::move(storage), 0, {0}, {});
+}
+
+at::Tensor copy_from_op(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  static OpCounterCache counters("aten::_copy_from");
+  const uint64_t start = now_ns();
+  const uint64_t bytes_before = transfer_bytes();
+  try {
+    copy_from(self, dst, non_blocking);
+  } catch (...) {
+    counters.get(dst.scalar_type()).add(Path::Failed, now_ns() - start);
+    throw;
+  }
+  counters.get(dst.scalar_type())
+      .add(Path::Native, now_ns() - start, transfer_bytes() - bytes_before);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) {
+    resize_(dst, self.sizes(), std::nullopt);
+  }
+  return copy_from_op(self, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(
+      self.numel() == 1, "a Tensor with ", self.numel(),
+      " elements cannot be converted to Scalar");
+  return to_host(self).item();
+}
+
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  CachingAllocator::get().recordStream(self.storage().data_ptr(), stream);
+}
+
+} // namespace
+
+void register_minimal_ops(torch::Library& m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("as_strided", TORCH_FN(as_strided));
+  m.impl("view", TORCH_FN(view));
+  m.impl("_reshape_alias", TORCH_FN(reshape_alias));
+  m.impl("unfold", TORCH_FN(unfold));
+  m.impl("view_as_real", TORCH_FN(view_as_real));
+  m.impl("view_as_complex", TORCH_FN(view_as_complex));
+  m.impl("resize_", TORCH_FN(resize_));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
+  m.impl("set_.source_Storage", TORCH_FN(set_source_storage));
+  m.impl("set_.source_Tensor", TORCH_FN(set_source_tensor));
+  m.impl("set_", TORCH_FN(set_empty));
+  m.impl("_copy_from", TORCH_FN(copy_from_op));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  m.impl("record_stream", TORCH_FN(record_stream));
+}
+
+const std::vector<std::string>& minimal_op_names() {
+  static const std::vector<std::string> names = {
+      "aten::empty.memory_format",
+      "aten::empty_strided",
+      "aten::as_strided",
+      "aten::view",
+      "aten::_reshape_alias",
+      "aten::unfold",
+      "aten::view_as_real",
+      "aten::view_as_complex",
+      "aten::resize_",
+      "aten::set_.source_Storage_storage_offset",
+      "aten::set_.source_Storage",
+      "aten::set_.source_Tensor",
+      "aten::set_",
+      "aten::_copy_from",
+      "aten::_copy_from_and_resize",
+      "aten::_local_scalar_dense",
+      "aten::record_stream",
+  };
+  return names;
+}
+
+} // namespace torch_fl::bridge

@@ -1,0 +1,73 @@
+// Per-operator, per-dtype accounting of how each call ran: natively in a
+// plugin kernel, decomposed into native parts, on the CPU fallback, or failed.
+// The counters are atomics so the op path can bump them from any thread.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace torch_fl::bridge {
+
+enum class Path : int { Native = 0, Decomposed = 1, CpuFallback = 2, Failed = 3 };
+constexpr int kNumPaths = 4;
+
+struct OpCounter {
+  std::array<std::atomic<uint64_t>, kNumPaths> calls{};
+  std::atomic<uint64_t> time_ns{0};
+  std::atomic<uint64_t> bytes_copied{0};
+
+  void add(Path path, uint64_t ns, uint64_t bytes = 0) {
+    calls[static_cast<int>(path)].fetch_add(1, std::memory_order_relaxed);
+    time_ns.fetch_add(ns, std::memory_order_relaxed);
+    if (bytes != 0) {
+      bytes_copied.fetch_add(bytes, std::memory_order_relaxed);
+    }
+  }
+};
+
+struct OpStatsRow {
+  std::string op;
+  std::string dtype;
+  std::array<uint64_t, kNumPaths> calls{};
+  uint64_t time_ns = 0;
+  uint64_t bytes_copied = 0;
+};
+
+// The counter for (op, dtype); the reference stays valid for the process.
+OpCounter& op_counter(const std::string& op, c10::ScalarType dtype);
+std::vector<OpStatsRow> op_stats_snapshot();
+void op_stats_reset();
+
+// Caches counter lookups for one operator on the hot path.
+class OpCounterCache {
+ public:
+  explicit OpCounterCache(std::string op) : op_(std::move(op)) {}
+  OpCounter& get(c10::ScalarType dtype) {
+    const auto idx = static_cast<size_t>(dtype);
+    if (idx >= slots_.size()) {
+      return op_counter(op_, dtype);
+    }
+    OpCounter* counter = slots_[idx].load(std::memory_order_acquire);
+    if (counter == nullptr) {
+      counter = &op_counter(op_, dtype);
+      slots_[idx].store(counter, std::memory_order_release);
+    }
+    return *counter;
+  }
+  const std::string& op() const {
+    return op_;
+  }
+
+ private:
+  std::string op_;
+  std::array<std::atomic<OpCounter*>, 64> slots_{};
+};
+
+uint64_t now_ns();
+
+} // namespace torch_fl::bridge

@@ -1,0 +1,190 @@
+"""How every operator call on the plugin's device ran: natively, decomposed into
+native parts, on the CPU fallback, or failed — per operator and dtype, with the
+host time spent and the bytes copied between host and device."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+
+__all__ = [
+    "OpStat",
+    "OpStatsTable",
+    "fallback_mode",
+    "get_fallback_mode",
+    "op_stats",
+    "op_stats_scope",
+    "reset_op_stats",
+    "set_fallback_mode",
+]
+
+FALLBACK_MODES = ("warn", "silent", "error")
+
+
+@dataclass(frozen=True)
+class OpStat:
+    op: str
+    dtype: str
+    native: int = 0
+    decomposed: int = 0
+    cpu_fallback: int = 0
+    failed: int = 0
+    time_ns: int = 0
+    bytes_copied: int = 0
+
+    @property
+    def calls(self) -> int:
+        return self.native + self.decomposed + self.cpu_fallback + self.failed
+
+    @property
+    def fallback_share(self) -> float:
+        return self.cpu_fallback / self.calls if self.calls else 0.0
+
+    def __sub__(self, other: OpStat) -> OpStat:
+        return OpStat(
+            self.op, self.dtype,
+            *(getattr(self, f) - getattr(other, f) for f in _COUNTS),
+        )
+
+
+_COUNTS = ("native", "decomposed", "cpu_fallback", "failed", "time_ns", "bytes_copied")
+
+
+@dataclass(frozen=True)
+class OpStatsTable:
+    """A snapshot of the counters; print it for a ranked table."""
+
+    rows: tuple[OpStat, ...] = field(default_factory=tuple)
+
+    def __iter__(self) -> Iterator[OpStat]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def get(self, op: str, dtype: str | None = None) -> OpStat:
+        """The counts of `op` (schema name, e.g. "aten::add.Tensor"), summed over
+        dtypes unless one is given; all zero when it never ran."""
+        picked = [r for r in self.rows if r.op == op and (dtype is None or r.dtype == dtype)]
+        total = OpStat(op, dtype or "*")
+        for r in picked:
+            total = OpStat(op, total.dtype, *(getattr(total, f) + getattr(r, f) for f in _COUNTS))
+        return total
+
+    def totals(self) -> OpStat:
+        total = OpStat("*", "*")
+        for r in self.rows:
+            total = OpStat("*", "*", *(getattr(total, f) + getattr(r, f) for f in _COUNTS))
+        return total
+
+    def fallbacks(self) -> list[OpStat]:
+        return [r for r in self.rows if r.cpu_fallback or r.failed]
+
+    def to_dict(self) -> dict:
+        return {
+            "rows": [asdict(r) for r in self.rows],
+            "totals": asdict(self.totals()),
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def __sub__(self, before: OpStatsTable) -> OpStatsTable:
+        old = {(r.op, r.dtype): r for r in before.rows}
+        rows = []
+        for r in self.rows:
+            d = r - old.get((r.op, r.dtype), OpStat(r.op, r.dtype))
+            if d.calls:
+                rows.append(d)
+        return OpStatsTable(tuple(rows))
+
+    def __str__(self) -> str:
+        if not self.rows:
+            return "op stats: no operator ran on the device"
+        ranked = sorted(self.rows, key=lambda r: (-r.time_ns, r.op, r.dtype))
+        header = ("op", "dtype", "native", "decomp", "cpu", "failed", "ms", "copied")
+        lines = [
+            (r.op, r.dtype, str(r.native), str(r.decomposed), str(r.cpu_fallback),
+             str(r.failed), f"{r.time_ns / 1e6:.3f}", _bytes(r.bytes_copied))
+            for r in ranked
+        ]
+        t = self.totals()
+        lines.append(("total", "", str(t.native), str(t.decomposed), str(t.cpu_fallback),
+                      str(t.failed), f"{t.time_ns / 1e6:.3f}", _bytes(t.bytes_copied)))
+        widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
+
+        def fmt(row: tuple[str, ...]) -> str:
+            return "  ".join(
+                c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))
+            )
+
+        rule = "-" * len(fmt(header))
+        return "\n".join([fmt(header), rule, *map(fmt, lines[:-1]), rule, fmt(lines[-1])])
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def op_stats() -> OpStatsTable:
+    """The counters since the process started (or the last reset_op_stats())."""
+    from torch_fl import _C
+
+    return OpStatsTable(tuple(OpStat(*row) for row in _C.op_stats()))
+
+
+def reset_op_stats() -> None:
+    from torch_fl import _C
+
+    _C.op_stats_reset()
+
+
+class _Scope:
+    table: OpStatsTable = OpStatsTable()
+
+
+@contextlib.contextmanager
+def op_stats_scope() -> Iterator[_Scope]:
+    """Counts only what runs inside the with block:
+
+        with torch_fl.op_stats_scope() as scope:
+            model(x)
+        print(scope.table)
+    """
+    scope = _Scope()
+    before = op_stats()
+    try:
+        yield scope
+    finally:
+        scope.table = op_stats() - before
+
+
+def set_fallback_mode(mode: str) -> None:
+    """warn (once per op), silent, or error (CPU fallbacks raise NotImplementedError)."""
+    from torch_fl import _C
+
+    if mode not in FALLBACK_MODES:
+        raise ValueError(f"fallback mode must be one of {FALLBACK_MODES}, got {mode!r}")
+    _C.set_fallback_mode(mode)
+
+
+def get_fallback_mode() -> str:
+    from torch_fl import _C
+
+    return _C.fallback_mode()
+
+
+@contextlib.contextmanager
+def fallback_mode(mode: str) -> Iterator[None]:
+    """Sets the fallback mode for the duration of a with block."""
+    previous = get_fallback_mode()
+    set_fallback_mode(mode)
+    try:
+        yield
+    finally:
+        set_fallback_mode(previous)

@@ -1,0 +1,75 @@
+"""Kernel errors become Python exceptions that name the plugin, the operator and
+the code; the process stays usable afterwards."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from support import assert_ok, run_python
+
+INJECT = """
+import json, torch
+r = {{}}
+a = torch.ones(4, 4, device="flemu")
+try:
+    c = a @ a
+    {after}
+    r["error"] = None
+except Exception as exc:
+    r["type"] = type(exc).__name__
+    r["message"] = str(exc).splitlines()[0]
+r["after"] = (a + a).cpu().sum().item()
+print(json.dumps(r))
+"""
+
+
+def run_injected(value: str, after: str = "pass") -> dict:
+    out = assert_ok(run_python(INJECT.format(after=after), env={"FLEMU_INJECT_ERROR": value}))
+    return json.loads(out.splitlines()[-1])
+
+
+def test_kernel_error_names_plugin_op_and_code() -> None:
+    r = run_injected("aten::mm:9")  # TFL_ERR_INTERNAL
+    assert r["type"] == "AcceleratorError", r
+    for part in ("plugin 'flemu'", "kernel aten::mm", "TFL_ERR_INTERNAL"):
+        assert part in r["message"], r
+    assert r["after"] == 32.0, r
+
+
+def test_error_codes_map_to_python_exception_types() -> None:
+    assert run_injected("aten::mm:2")["type"] == "ValueError"          # INVALID_ARGUMENT
+    assert run_injected("aten::mm:4")["type"] == "NotImplementedError"  # UNIMPLEMENTED
+    oom = run_injected("aten::mm:3")                                    # OUT_OF_MEMORY
+    assert oom["type"] == "OutOfMemoryError", oom
+
+
+def test_asynchronous_kernel_error_surfaces_at_the_next_synchronization() -> None:
+    r = run_injected("aten::mm:5:async", after="c.cpu()")
+    assert r["type"] == "AcceleratorError", r
+    assert "TFL_ERR_DEVICE" in r["message"], r
+    assert r["after"] == 32.0, r
+
+
+def test_shape_errors_are_caught_before_the_kernel() -> None:
+    a = torch.ones(2, 3, device="flemu")
+    try:
+        torch.mm(a, a)
+    except RuntimeError as exc:
+        assert "[2, 3] X [2, 3]" in str(exc) or "2x3 and 2x3" in str(exc), exc
+    else:
+        raise AssertionError("mm of 2x3 and 2x3 did not raise")
+
+
+def test_mixing_devices_is_refused() -> None:
+    a = torch.ones(3, device="flemu:0")
+    for other in (torch.ones(3, device="flemu:1"), torch.ones(3)):
+        try:
+            a + other
+        except RuntimeError as exc:
+            assert "Expected all tensors to be on the same device" in str(exc), exc
+        else:
+            raise AssertionError(f"adding flemu:0 and {other.device} did not raise")
+    # 0-dim CPU tensors are legal operands.
+    assert (a + torch.tensor(2.0)).cpu().tolist() == [3.0, 3.0, 3.0]

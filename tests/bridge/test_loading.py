@@ -1,0 +1,222 @@
+"""Loading plugins: by path, by name, autoload, and every way a plugin can be bad.
+
+Each bad plugin must give its own clear error and leave the process usable —
+checked by registering flemu afterwards in the same process and running an op.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import torch_fl
+from support import ROOT, assert_ok, compile_c, run_python
+
+FIXTURE = ROOT / "tests" / "fixtures" / "bad_plugin.c"
+
+TRY_THEN_RECOVER = """
+import json, torch, torch_fl, flemu
+result = {{}}
+try:
+    torch_fl.register_device_plugin({name!r}, {path!r})
+    result["error"] = None
+except Exception as exc:
+    result["error"] = type(exc).__name__
+    result["message"] = str(exc)
+    result["classes"] = [c.__name__ for c in type(exc).__mro__]
+handle = torch_fl.register_device_plugin("flemu", flemu.library_path())
+x = torch.ones(3, device="flemu") + 1
+result["recovered"] = x.cpu().tolist()
+result["privateuse1"] = torch._C._get_privateuse1_backend_name()
+print(json.dumps(result))
+"""
+
+
+def try_bad(name: str, path: str) -> dict:
+    out = assert_ok(run_python(TRY_THEN_RECOVER.format(name=name, path=path),
+                               env={"TORCH_FL_AUTOLOAD": "0"}))
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["recovered"] == [2.0, 2.0, 2.0], result
+    assert result["privateuse1"] == "flemu", result
+    return result
+
+
+@pytest.fixture(scope="module")
+def bad_plugins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("bad_plugins")
+    plugins = {
+        defect: compile_c(FIXTURE, d / f"libbad_{defect.lower()}.so", f"-DDEFECT_{defect}")
+        for defect in ("NO_ENTRY", "ABI_MAJOR", "MISSING_FUNCTIONS", "INIT_FAILS")
+    }
+    text = d / "libnot_a_library.so"
+    text.write_text("this is a text file, not a shared library\n")
+    plugins["NOT_A_LIBRARY"] = text
+    elf = d / "not_shared.o"
+    import subprocess
+    subprocess.run(["gcc", "-c", "-x", "c", "-", "-o", str(elf)], input="int x;\n",
+                   text=True, check=True)
+    plugins["ELF_OBJECT"] = elf
+    return plugins
+
+
+def test_missing_file_is_plugin_not_found(tmp_path: Path) -> None:
+    r = try_bad("flemu", str(tmp_path / "nowhere" / "libmissing.so"))
+    assert r["error"] == "PluginNotFoundError", r
+    assert "no plugin library at" in r["message"] and "libmissing.so" in r["message"], r
+
+
+def test_text_file_is_not_a_shared_library(bad_plugins: dict[str, Path]) -> None:
+    r = try_bad("flemu", str(bad_plugins["NOT_A_LIBRARY"]))
+    assert r["error"] == "NotASharedLibraryError", r
+    assert "is not an ELF file" in r["message"], r
+
+
+def test_object_file_is_not_a_shared_library(bad_plugins: dict[str, Path]) -> None:
+    r = try_bad("flemu", str(bad_plugins["ELF_OBJECT"]))
+    assert r["error"] == "NotASharedLibraryError", r
+    assert "not a shared library" in r["message"], r
+
+
+def test_library_without_entry_symbol(bad_plugins: dict[str, Path]) -> None:
+    r = try_bad("flemu", str(bad_plugins["NO_ENTRY"]))
+    assert r["error"] == "MissingEntrySymbolError", r
+    assert "TFL_GetPluginApi" in r["message"], r
+
+
+def test_abi_major_mismatch_names_both_versions(bad_plugins: dict[str, Path]) -> None:
+    r = try_bad("flemu", str(bad_plugins["ABI_MAJOR"]))
+    major, minor = torch_fl.abi_version()
+    assert r["error"] == "ABIMismatchError", r
+    assert f"ABI {major + 1}.{minor}" in r["message"], r
+    assert f"ABI {major}.{minor}" in r["message"], r
+
+
+def test_missing_required_functions_are_listed(bad_plugins: dict[str, Path]) -> None:
+    r = try_bad("flemu", str(bad_plugins["MISSING_FUNCTIONS"]))
+    assert r["error"] == "MissingFunctionsError", r
+    for fn in ("Memory_Allocate", "Memory_Free", "Event_Query"):
+        assert fn in r["message"], r
+    assert "3 required ABI function(s)" in r["message"], r
+
+
+def test_plugin_that_refuses_to_initialize(bad_plugins: dict[str, Path]) -> None:
+    r = try_bad("flemu", str(bad_plugins["INIT_FAILS"]))
+    assert r["error"] == "PluginInitializationError", r
+    assert "refuses to start on purpose" in r["message"], r
+    assert "TFL_ERR_ABI_MISMATCH" in r["message"], r
+
+
+@pytest.mark.parametrize("name", ["fl2000", "FLEMU", "fl-emu", "", "cuda", "my device"])
+def test_invalid_device_names_are_refused_with_the_rule(name: str) -> None:
+    with pytest.raises(torch_fl.InvalidDeviceNameError) as err:
+        torch_fl.register_device_plugin(name, "/nonexistent.so")
+    message = str(err.value)
+    assert repr(name) in message, message
+    if name != "cuda":
+        assert "[a-z_]+" in message, message
+
+
+def test_every_load_error_is_a_plugin_error() -> None:
+    for cls in (torch_fl.PluginNotFoundError, torch_fl.NotASharedLibraryError,
+                torch_fl.MissingEntrySymbolError, torch_fl.ABIMismatchError,
+                torch_fl.MissingFunctionsError, torch_fl.PluginInitializationError,
+                torch_fl.InvalidDeviceNameError, torch_fl.PluginConflictError):
+        assert issubclass(cls, torch_fl.PluginError), cls
+
+
+def test_unknown_plugin_name_lists_the_known_ones() -> None:
+    out = assert_ok(run_python(
+        """
+        import torch_fl
+        try:
+            torch_fl.register_device_plugin("nosuchplugin")
+        except torch_fl.PluginNotFoundError as exc:
+            print(exc)
+        """, env={"TORCH_FL_AUTOLOAD": "0"}))
+    assert "'nosuchplugin'" in out and "flemu" in out, out
+
+
+def test_second_plugin_conflicts_and_first_keeps_working(flemu: torch_fl.PluginHandle) -> None:
+    import torch
+
+    with pytest.raises(torch_fl.PluginConflictError) as err:
+        torch_fl.register_device_plugin("other_device", flemu.library)
+    assert "one PrivateUse1 backend per process" in str(err.value)
+    assert torch_fl.register_device_plugin("flemu") is flemu
+    assert (torch.ones(2, device="flemu") * 3).cpu().tolist() == [3.0, 3.0]
+
+
+def test_autoload_registers_flemu_at_import_torch() -> None:
+    out = assert_ok(run_python(
+        """
+        import torch
+        print(torch._C._get_privateuse1_backend_name(), torch.flemu.device_count())
+        import torch_fl
+        print(torch_fl.get_plugin().source)
+        """))
+    lines = out.split()
+    assert lines[0] == "flemu" and int(lines[1]) >= 1, out
+    assert "entry point" in out, out
+
+
+def test_autoload_off_leaves_privateuse1_alone() -> None:
+    for env in ({"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, {"TORCH_FL_AUTOLOAD": "0"}):
+        out = assert_ok(run_python(
+            """
+            import torch
+            print(torch._C._get_privateuse1_backend_name(), hasattr(torch, "flemu"))
+            """, env=env))
+        assert out.split() == ["privateuseone", "False"], (env, out)
+
+
+def test_explicit_registration_by_path_when_autoload_is_off() -> None:
+    out = assert_ok(run_python(
+        """
+        import torch, torch_fl, flemu
+        h = torch_fl.register_device_plugin("flemu", plugin_path=flemu.library_path())
+        x = torch.randn(4, 4, device="flemu:0")
+        y = torch.relu(x @ x + 1)
+        assert torch.allclose(y.cpu(), torch.relu(x.cpu() @ x.cpu() + 1), atol=1e-5)
+        print(h.plugin_name, h.source, h.abi)
+        """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}))
+    assert out.startswith("flemu register_device_plugin"), out
+
+
+def test_broken_plugin_warns_at_import_and_torch_still_imports(bad_plugins: dict[str, Path]) -> None:
+    proc = run_python(
+        """
+        import torch
+        print("imported", torch._C._get_privateuse1_backend_name())
+        """,
+        env={"TORCH_FL_PLUGINS": f"broken={bad_plugins['ABI_MAJOR']}@100"})
+    out = assert_ok(proc)
+    # The broken plugin has the higher priority; flemu is registered instead.
+    assert "imported flemu" in out, out
+    assert "ABI" in proc.stderr and "broken" in proc.stderr, proc.stderr
+
+
+def test_torch_fl_plugins_env_selects_by_priority() -> None:
+    import flemu
+
+    out = assert_ok(run_python(
+        """
+        import torch, torch_fl
+        h = torch_fl.get_plugin()
+        print(h.name, h.priority, h.source, "|", ";".join(h.passed_over))
+        """,
+        env={"TORCH_FL_PLUGINS": f"flemu_env={flemu.library_path()}@5"}))
+    name, priority, *rest = out.split()
+    assert name == "flemu_env" and priority == "5", out
+    assert "TORCH_FL_PLUGINS" in out and "flemu (priority 0)" in out, out
+
+
+def test_malformed_torch_fl_plugins_entry_is_reported_not_fatal() -> None:
+    proc = run_python(
+        """
+        import torch
+        print(torch._C._get_privateuse1_backend_name())
+        """, env={"TORCH_FL_PLUGINS": "just_a_path_without_name"})
+    assert assert_ok(proc).strip() == "flemu"
+    assert "not of the form name=/path/to/lib.so" in proc.stderr, proc.stderr

@@ -1,0 +1,127 @@
+"""The caching allocator: stats, reuse, empty_cache, OOM and recovery."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from support import assert_ok, run_python
+
+
+def test_stats_move_and_return_to_baseline() -> None:
+    torch.flemu.synchronize()
+    torch.flemu.empty_cache()
+    base_alloc = torch.flemu.memory_allocated()
+    base_reserved = torch.flemu.memory_reserved()
+    torch.flemu.reset_peak_memory_stats()
+
+    x = torch.empty(1 << 20, device="flemu")  # 4 MiB
+    assert torch.flemu.memory_allocated() == base_alloc + (4 << 20)
+    assert torch.flemu.memory_reserved() >= base_reserved + (4 << 20)
+    assert torch.flemu.max_memory_allocated() >= base_alloc + (4 << 20)
+    stats = torch.flemu.memory_stats()
+    assert stats["allocation.all.current"] >= 1
+    assert stats["allocated_bytes.large_pool.current"] >= 4 << 20
+
+    del x
+    assert torch.flemu.memory_allocated() == base_alloc
+    assert torch.flemu.memory_reserved() >= base_reserved + (4 << 20)  # cached
+    torch.flemu.empty_cache()
+    assert torch.flemu.memory_reserved() == base_reserved
+    assert torch.flemu.max_memory_allocated() >= base_alloc + (4 << 20)
+    torch.flemu.reset_peak_memory_stats()
+    assert torch.flemu.max_memory_allocated() == base_alloc
+
+
+def test_freed_blocks_are_reused_without_new_device_allocations() -> None:
+    torch.flemu.empty_cache()
+    x = torch.empty(1000, device="flemu")
+    del x
+    before = torch.flemu.memory_stats()["num_device_alloc"]
+    for _ in range(100):
+        y = torch.empty(1000, device="flemu")
+        del y
+    assert torch.flemu.memory_stats()["num_device_alloc"] == before
+
+
+def test_small_allocations_share_segments() -> None:
+    torch.flemu.empty_cache()
+    before = torch.flemu.memory_stats()["segment.all.current"]
+    xs = [torch.empty(100, device="flemu") for _ in range(100)]
+    assert torch.flemu.memory_stats()["segment.all.current"] - before <= 1
+    del xs
+
+
+def test_per_device_accounting() -> None:
+    torch.flemu.empty_cache()
+    before0 = torch.flemu.memory_allocated(0)
+    before1 = torch.flemu.memory_allocated(1)
+    y = torch.empty(1 << 18, device="flemu:1")
+    assert torch.flemu.memory_allocated(0) == before0
+    assert torch.flemu.memory_allocated(1) == before1 + (1 << 20)
+    del y
+
+
+def test_mem_get_info_reports_the_device_capacity() -> None:
+    free, total = torch.flemu.mem_get_info(0)
+    assert total == torch.flemu.get_device_properties(0).total_memory
+    assert 0 < free <= total
+
+
+def test_out_of_memory_raises_and_the_next_allocation_works() -> None:
+    out = assert_ok(run_python(
+        """
+        import json, torch
+        result = {}
+        keep = torch.empty(8 << 20, dtype=torch.uint8, device="flemu")
+        cached = torch.empty(16 << 20, dtype=torch.uint8, device="flemu")
+        del cached  # stays in the cache: the retry must release it
+        try:
+            torch.empty(100 << 20, dtype=torch.uint8, device="flemu")
+        except torch.OutOfMemoryError as exc:
+            result["oom"] = str(exc)
+        big = torch.empty(40 << 20, dtype=torch.uint8, device="flemu")
+        big.fill_(7)
+        result["after"] = int(big[-1].item())
+        stats = torch.flemu.memory_stats()
+        result["ooms"] = stats["num_ooms"]
+        result["retries"] = stats["num_alloc_retries"]
+        print(json.dumps(result))
+        """, env={"FLEMU_MEMORY_BYTES": "64M"}))
+    result = json.loads(out.splitlines()[-1])
+    msg = result["oom"]
+    assert "out of memory" in msg and "100.00 MiB" in msg and "flemu:0" in msg, msg
+    assert "64.00 MiB in total" in msg, msg
+    assert result["after"] == 7, result
+    assert result["ooms"] == 1 and result["retries"] >= 1, result
+
+
+def test_record_stream_delays_reuse_until_the_other_stream_is_done() -> None:
+    out = assert_ok(run_python(
+        """
+        import json, torch
+        n = 1 << 16
+        s = torch.flemu.Stream()
+        x = torch.ones(n, device="flemu")
+        torch.flemu.synchronize()
+        with torch.flemu.stream(s):
+            y = x * 2
+            for _ in range(5):
+                y = y * 1          # slow work on s that reads x (sanitizer delays)
+        x.record_stream(s)
+        ptr = x.data_ptr()
+        active = torch.flemu.memory_stats()["active_bytes.all.current"]
+        del x
+        z = torch.empty(n, device="flemu")   # must not reuse x's block yet
+        r = {"reused_early": z.data_ptr() == ptr,
+             "still_active": torch.flemu.memory_stats()["active_bytes.all.current"] >= active}
+        s.synchronize()
+        w = torch.empty(1, device="flemu")  # allocation processes completed events
+        r["released"] = torch.flemu.memory_stats()["active_bytes.all.current"] < active + 4 * n
+        r["value"] = y.sum().item()
+        print(json.dumps(r))
+        """, env={"FLEMU_SANITIZE": "100000"}))
+    r = json.loads(out.splitlines()[-1])
+    assert r == {"reused_early": False, "still_active": True, "released": True,
+                 "value": 2.0 * (1 << 16)}, r

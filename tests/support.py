@@ -1,0 +1,55 @@
+"""Helpers shared by the tests: the flemu device of this process, subprocess runs with their
+own environment (for configurations that must be set before the plugin loads),
+and compiling small C fixtures."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import torch  # autoloads flemu through its torch.backends entry point
+
+import torch_fl
+
+ROOT = Path(__file__).resolve().parents[1]
+DEVICE = "flemu"
+
+
+def flemu_handle() -> torch_fl.PluginHandle:
+    handle = torch_fl.get_plugin()
+    assert handle is not None, (
+        "flemu was not autoloaded by `import torch`; install it with `make build` "
+        "(reference_backend) and check the RuntimeWarning printed at import"
+    )
+    return handle
+
+
+def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter with extra environment variables."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=full_env, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def assert_ok(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 0, (
+        f"subprocess exited with {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    )
+    return proc.stdout
+
+
+def compile_c(source: Path, output: Path, *flags: str) -> Path:
+    cc = shutil.which("gcc") or shutil.which("cc")
+    assert cc is not None, "a C compiler (gcc) is needed to build test fixtures"
+    cmd = [cc, "-std=c11", "-shared", "-fPIC", "-O1", f"-I{torch_fl.get_include()}",
+           *flags, str(source), "-o", str(output)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr}"
+    return output
