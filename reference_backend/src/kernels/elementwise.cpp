@@ -1,0 +1,365 @@
+// Elementwise kernels: fill_/zero_, add/sub/mul/div (Tensor and Scalar
+// overloads), neg, relu, the symbol-convention abs/maximum and the custom
+// op flemu::scale_add with its backward.
+#include <cmath>
+#include <cstring>
+
+#include "elementwise_ops.h"
+#include "launch.h"
+#include "loop.h"
+#include "registry.h"
+
+namespace flemu {
+namespace {
+
+enum class Bin { Add, Sub, Mul, Div };
+
+template <class T>
+T scalar_to(const ScalarArg& s) {
+  if (s.tag == TFL_VALUE_DOUBLE) return convert<T>(s.d);
+  if (s.tag == TFL_VALUE_BOOL) return convert<T>(s.i != 0);
+  return convert<T>(s.i);
+}
+
+LoopPlan plan_of(const TensorArg& out, const TensorArg& a) {
+  const TensorArg* ops[] = {&out, &a};
+  const char* names[] = {"out", "self"};
+  return make_loop(ops, 2, names);
+}
+
+LoopPlan plan_of(const TensorArg& out, const TensorArg& a, const TensorArg& b) {
+  const TensorArg* ops[] = {&out, &a, &b};
+  const char* names[] = {"out", "self", "other"};
+  return make_loop(ops, 3, names);
+}
+
+// ---------------------------------------------------------------------------
+// fill_ / zero_
+// ---------------------------------------------------------------------------
+
+template <class U>
+void fill_runs(const LoopPlan& plan, U value) {
+  run_loop(plan, [&](char* const* ptr, const int64_t* st, int64_t n) {
+    if (st[0] == static_cast<int64_t>(sizeof(U))) {
+      U* o = reinterpret_cast<U*>(ptr[0]);
+      for (int64_t i = 0; i < n; ++i) o[i] = value;
+    } else {
+      char* o = ptr[0];
+      for (int64_t i = 0; i < n; ++i, o += st[0]) std::memcpy(o, &value, sizeof(U));
+    }
+  });
+}
+
+void launch_fill(const Launch& L, const TensorArg& self, const ScalarArg& value) {
+  // The value is converted once at launch; the loop only stores bytes.
+  uint64_t bits = 0;
+  dispatch_dtype(self.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T v = scalar_to<T>(value);
+    std::memcpy(&bits, &v, sizeof(T));
+  });
+  const TensorArg* ops[] = {&self};
+  const char* names[] = {"self"};
+  const LoopPlan plan = make_loop(ops, 1, names);
+  if (plan.numel == 0) return;
+  switch (self.itemsize) {
+    case 1: L.enqueue([plan, v = static_cast<uint8_t>(bits)] { fill_runs(plan, v); }); break;
+    case 2: L.enqueue([plan, v = static_cast<uint16_t>(bits)] { fill_runs(plan, v); }); break;
+    case 4: L.enqueue([plan, v = static_cast<uint32_t>(bits)] { fill_runs(plan, v); }); break;
+    default: L.enqueue([plan, v = bits] { fill_runs(plan, v); }); break;
+  }
+}
+
+// In-place ops take `self` as input 0; outputs[0], when given, is the same memory.
+TensorArg inplace_target(const Launch& L) {
+  return L.num_outputs() > 0 ? L.output(0, "self") : L.input_tensor(0, "self");
+}
+
+// ---------------------------------------------------------------------------
+// add / sub / mul / div
+// ---------------------------------------------------------------------------
+
+template <class C>
+C apply_bin(Bin kind, C a, C b, C alpha) {
+  switch (kind) {
+    case Bin::Add: return add_wrap(a, mul_wrap(alpha, b));
+    case Bin::Sub: return sub_wrap(a, mul_wrap(alpha, b));
+    case Bin::Mul: return mul_wrap(a, b);
+    case Bin::Div: return a / b;  // only reached with floating C
+  }
+  return a;
+}
+
+// The typed path: self, other and out share dtype T.
+template <class T, Bin kind>
+void enqueue_typed_binary(const Launch& L, const LoopPlan& plan, bool scalar_other, const ScalarArg& other,
+                          const ScalarArg& alpha) {
+  using C = compute_t<T>;
+  const C al = alpha.as<C>();
+  if constexpr (kind == Bin::Div && !is_floating_v<T>) {
+    invalid_argument("true division needs a floating output dtype");
+  } else if (scalar_other) {
+    const C s = other.as<C>();
+    L.enqueue([plan, al, s] { unary_loop<T>(plan, [al, s](C a) { return apply_bin<C>(kind, a, s, al); }); });
+  } else if (kind == Bin::Add && std::is_floating_point_v<C>) {
+    // alpha == 1 is the common case; skipping the multiply keeps the loop lean.
+    if (al == C(1)) L.enqueue([plan] { binary_loop<T>(plan, [](C a, C b) { return a + b; }); });
+    else L.enqueue([plan, al] { binary_loop<T>(plan, [al](C a, C b) { return a + al * b; }); });
+  } else {
+    L.enqueue([plan, al] { binary_loop<T>(plan, [al](C a, C b) { return apply_bin<C>(kind, a, b, al); }); });
+  }
+}
+
+template <Bin kind>
+void dispatch_typed_binary(const Launch& L, int32_t dtype, const LoopPlan& plan, bool scalar_other,
+                           const ScalarArg& other, const ScalarArg& alpha) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    enqueue_typed_binary<typename decltype(tag)::type, kind>(L, plan, scalar_other, other, alpha);
+  });
+}
+
+// The mixed path: any dtypes, values carried as double or int64.
+void enqueue_mixed_binary(const Launch& L, Bin kind, const LoopPlan& plan, const int32_t* dtypes,
+                          bool scalar_other, const ScalarArg& other, const ScalarArg& alpha, bool floating) {
+  if (floating) {
+    const StoreF64 store = storer_f64(dtypes[0]);
+    const LoadF64 la = loader_f64(dtypes[1]);
+    const LoadF64 lb = scalar_other ? nullptr : loader_f64(dtypes[2]);
+    const double s = other.to_double(), al = alpha.to_double();
+    L.enqueue([plan, kind, store, la, lb, s, al] {
+      run_loop(plan, [&](char* const* ptr, const int64_t* st, int64_t n) {
+        char* o = ptr[0];
+        const char* a = ptr[1];
+        const char* b = lb ? ptr[2] : nullptr;
+        for (int64_t i = 0; i < n; ++i, o += st[0], a += st[1]) {
+          const double bv = lb ? lb(b) : s;
+          if (lb) b += st[2];
+          store(o, apply_bin<double>(kind, la(a), bv, al));
+        }
+      });
+    });
+  } else {
+    const StoreI64 store = storer_i64(dtypes[0]);
+    const LoadI64 la = loader_i64(dtypes[1]);
+    const LoadI64 lb = scalar_other ? nullptr : loader_i64(dtypes[2]);
+    const int64_t s = other.to_int(), al = alpha.to_int();
+    L.enqueue([plan, kind, store, la, lb, s, al] {
+      run_loop(plan, [&](char* const* ptr, const int64_t* st, int64_t n) {
+        char* o = ptr[0];
+        const char* a = ptr[1];
+        const char* b = lb ? ptr[2] : nullptr;
+        for (int64_t i = 0; i < n; ++i, o += st[0], a += st[1]) {
+          const int64_t bv = lb ? lb(b) : s;
+          if (lb) b += st[2];
+          store(o, apply_bin<int64_t>(kind, la(a), bv, al));
+        }
+      });
+    });
+  }
+}
+
+void launch_binary(const Launch& L, Bin kind, const TensorArg& out, const TensorArg& self, const TensorArg* other,
+                   const ScalarArg& other_scalar, const ScalarArg& alpha) {
+  const bool self_float = dtype_is_floating(self.dtype);
+  const bool other_float = other ? dtype_is_floating(other->dtype) : other_scalar.is_floating();
+  if (kind == Bin::Sub && (self.dtype == TFL_DTYPE_BOOL || (other && other->dtype == TFL_DTYPE_BOOL)))
+    invalid_argument("subtraction with a bool tensor is not supported; use logical_xor or ~ instead");
+  if ((kind == Bin::Add || kind == Bin::Sub) && !self_float && !other_float && alpha.is_floating())
+    invalid_argument("alpha must be an integer for integral inputs, got ", alpha.d);
+  const bool floating = kind == Bin::Div || self_float || other_float || alpha.is_floating();
+  const bool typed = self.dtype == out.dtype && (!other || other->dtype == out.dtype) &&
+                     floating == dtype_is_floating(out.dtype);
+  const LoopPlan plan = other ? plan_of(out, self, *other) : plan_of(out, self);
+  if (plan.numel == 0) return;
+  if (!typed) {
+    const int32_t dtypes[] = {out.dtype, self.dtype, other ? other->dtype : out.dtype};
+    enqueue_mixed_binary(L, kind, plan, dtypes, other == nullptr, other_scalar, alpha, floating);
+    return;
+  }
+  switch (kind) {
+    case Bin::Add: dispatch_typed_binary<Bin::Add>(L, out.dtype, plan, !other, other_scalar, alpha); break;
+    case Bin::Sub: dispatch_typed_binary<Bin::Sub>(L, out.dtype, plan, !other, other_scalar, alpha); break;
+    case Bin::Mul: dispatch_typed_binary<Bin::Mul>(L, out.dtype, plan, !other, other_scalar, alpha); break;
+    case Bin::Div: dispatch_typed_binary<Bin::Div>(L, out.dtype, plan, !other, other_scalar, alpha); break;
+  }
+}
+
+ScalarArg int_scalar(int64_t v) {
+  ScalarArg s;
+  s.i = v;
+  return s;
+}
+
+TFL_Error* binary_tensor(const TFL_Kernel_Args* args, int32_t id, Bin kind) {
+  return run_kernel(args, id, [&](Launch& L) {
+    const TensorArg self = L.input_tensor(0, "self");
+    const TensorArg other = L.input_tensor(1, "other");
+    const TensorArg out = L.output(0, "out");
+    const bool has_alpha = kind == Bin::Add || kind == Bin::Sub;
+    const ScalarArg alpha = has_alpha ? L.scalar_or(2, 1, "alpha") : int_scalar(1);
+    launch_binary(L, kind, out, self, &other, int_scalar(0), alpha);
+  });
+}
+
+TFL_Error* binary_scalar(const TFL_Kernel_Args* args, int32_t id, Bin kind) {
+  return run_kernel(args, id, [&](Launch& L) {
+    const TensorArg self = L.input_tensor(0, "self");
+    const ScalarArg other = L.scalar(1, "other");
+    const TensorArg out = L.output(0, "out");
+    const bool has_alpha = kind == Bin::Add || kind == Bin::Sub;
+    const ScalarArg alpha = has_alpha ? L.scalar_or(2, 1, "alpha") : int_scalar(1);
+    launch_binary(L, kind, out, self, nullptr, other, alpha);
+  });
+}
+
+// ---------------------------------------------------------------------------
+// neg / relu
+// ---------------------------------------------------------------------------
+
+enum class Un { Neg, Relu };
+
+template <class C>
+C apply_un(Un kind, C a) {
+  if (kind == Un::Neg) return sub_wrap(C(0), a);
+  if constexpr (std::is_integral_v<C>) return a > 0 ? a : C(0);
+  else return (a > C(0) || a != a) ? a : C(0);  // NaN propagates
+}
+
+TFL_Error* unary(const TFL_Kernel_Args* args, int32_t id, Un kind) {
+  return run_kernel(args, id, [&](Launch& L) {
+    const TensorArg self = L.input_tensor(0, "self");
+    const TensorArg out = L.output(0, "out");
+    if (self.dtype == TFL_DTYPE_BOOL)
+      invalid_argument(kind == Un::Neg ? "negation of a bool tensor is not supported; use ~ or logical_not"
+                                       : "relu of a bool tensor is not supported");
+    const LoopPlan plan = plan_of(out, self);
+    if (plan.numel == 0) return;
+    if (self.dtype == out.dtype) {
+      dispatch_dtype(out.dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using C = compute_t<T>;
+        if (kind == Un::Neg) L.enqueue([plan] { unary_loop<T>(plan, [](C a) { return apply_un<C>(Un::Neg, a); }); });
+        else L.enqueue([plan] { unary_loop<T>(plan, [](C a) { return apply_un<C>(Un::Relu, a); }); });
+      });
+      return;
+    }
+    // out= with another dtype: compute in the input's kind, then cast.
+    const bool floating = dtype_is_floating(self.dtype);
+    const int32_t od = out.dtype, id_ = self.dtype;
+    L.enqueue([plan, kind, floating, od, id_] {
+      const StoreF64 sf = floating ? storer_f64(od) : nullptr;
+      const LoadF64 lf = floating ? loader_f64(id_) : nullptr;
+      const StoreI64 si = floating ? nullptr : storer_i64(od);
+      const LoadI64 li = floating ? nullptr : loader_i64(id_);
+      run_loop(plan, [&](char* const* ptr, const int64_t* st, int64_t n) {
+        char* o = ptr[0];
+        const char* a = ptr[1];
+        for (int64_t i = 0; i < n; ++i, o += st[0], a += st[1]) {
+          if (floating) sf(o, apply_un<double>(kind, lf(a)));
+          else si(o, apply_un<int64_t>(kind, li(a)));
+        }
+      });
+    });
+  });
+}
+
+// ---------------------------------------------------------------------------
+// float32-only kernels: symbol convention and the custom op
+// ---------------------------------------------------------------------------
+
+void require_float32(const TensorArg& t, const char* what) {
+  if (t.dtype != TFL_DTYPE_FLOAT32) invalid_argument(what, " must be float32, got ", dtype_name(t.dtype));
+}
+
+}  // namespace
+
+TFL_Error* kernel_fill_scalar(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kFillScalar, [&](Launch& L) {
+    const TensorArg self = inplace_target(L);
+    launch_fill(L, self, L.scalar(1, "value"));
+  });
+}
+
+TFL_Error* kernel_zero(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kZero, [&](Launch& L) { launch_fill(L, inplace_target(L), int_scalar(0)); });
+}
+
+TFL_Error* kernel_add_tensor(const TFL_Kernel_Args* a) { return binary_tensor(a, kAddTensor, Bin::Add); }
+TFL_Error* kernel_sub_tensor(const TFL_Kernel_Args* a) { return binary_tensor(a, kSubTensor, Bin::Sub); }
+TFL_Error* kernel_mul_tensor(const TFL_Kernel_Args* a) { return binary_tensor(a, kMulTensor, Bin::Mul); }
+TFL_Error* kernel_div_tensor(const TFL_Kernel_Args* a) { return binary_tensor(a, kDivTensor, Bin::Div); }
+TFL_Error* kernel_add_scalar(const TFL_Kernel_Args* a) { return binary_scalar(a, kAddScalar, Bin::Add); }
+TFL_Error* kernel_sub_scalar(const TFL_Kernel_Args* a) { return binary_scalar(a, kSubScalar, Bin::Sub); }
+TFL_Error* kernel_mul_scalar(const TFL_Kernel_Args* a) { return binary_scalar(a, kMulScalar, Bin::Mul); }
+TFL_Error* kernel_div_scalar(const TFL_Kernel_Args* a) { return binary_scalar(a, kDivScalar, Bin::Div); }
+TFL_Error* kernel_neg(const TFL_Kernel_Args* a) { return unary(a, kNeg, Un::Neg); }
+TFL_Error* kernel_relu(const TFL_Kernel_Args* a) { return unary(a, kRelu, Un::Relu); }
+
+TFL_Error* kernel_scale_add(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kScaleAdd, [&](Launch& L) {
+    const TensorArg x = L.input_tensor(0, "x"), y = L.input_tensor(1, "y"), out = L.output(0, "out");
+    const float alpha = static_cast<float>(L.scalar(2, "alpha").to_double());
+    require_float32(x, "x");
+    require_float32(y, "y");
+    require_float32(out, "out");
+    const LoopPlan plan = plan_of(out, x, y);
+    if (plan.numel == 0) return;
+    L.enqueue([plan, alpha] { binary_loop<float>(plan, [alpha](float a, float b) { return a + alpha * b; }); });
+  });
+}
+
+TFL_Error* kernel_scale_add_backward(const TFL_Kernel_Args* args) {
+  // inputs: grad_out (or None), x, y, alpha, out; outputs: grad_x, grad_y.
+  return run_kernel(args, kScaleAddBackward, [&](Launch& L) {
+    const float alpha = static_cast<float>(L.scalar(3, "alpha").to_double());
+    const TensorArg gx = L.output(0, "grad_x"), gy = L.output(1, "grad_y");
+    require_float32(gx, "grad_x");
+    require_float32(gy, "grad_y");
+    if (!L.has_input(0)) {  // no gradient flows: both are zero
+      launch_fill(L, gx, int_scalar(0));
+      launch_fill(L, gy, int_scalar(0));
+      return;
+    }
+    const TensorArg g = L.input_tensor(0, "grad_out");
+    require_float32(g, "grad_out");
+    const LoopPlan px = plan_of(gx, g), py = plan_of(gy, g);
+    L.enqueue([px, py, alpha] {
+      unary_loop<float>(px, [](float v) { return v; });
+      unary_loop<float>(py, [alpha](float v) { return alpha * v; });
+    });
+  });
+}
+
+}  // namespace flemu
+
+// Symbol-convention kernels: found by name, float32, dense same-shape operands.
+TFL_DEFINE_OP_DEFAULT(abs) {
+  using namespace flemu;
+  return run_kernel(args, kAbs, [&](Launch& L) {
+    const TensorArg self = L.input_tensor(0, "self"), out = L.output(0, "out");
+    require_float32(self, "self");
+    require_float32(out, "out");
+    const LoopPlan plan = plan_of(out, self);
+    if (plan.numel == 0) return;
+    L.enqueue([plan] { unary_loop<float>(plan, [](float a) { return std::fabs(a); }); });
+  });
+}
+
+TFL_DEFINE_OP_DEFAULT(maximum) {
+  using namespace flemu;
+  return run_kernel(args, kMaximum, [&](Launch& L) {
+    const TensorArg self = L.input_tensor(0, "self"), other = L.input_tensor(1, "other"), out = L.output(0, "out");
+    require_float32(self, "self");
+    require_float32(other, "other");
+    require_float32(out, "out");
+    const LoopPlan plan = plan_of(out, self, other);
+    if (plan.numel == 0) return;
+    L.enqueue([plan] {
+      binary_loop<float>(plan, [](float a, float b) {
+        if (a != a) return a;  // NaN propagates from either side
+        if (b != b) return b;
+        return a > b ? a : b;
+      });
+    });
+  });
+}

@@ -1,0 +1,164 @@
+#include "launch.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace flemu {
+
+KernelSettings& kernel_settings() {
+  static KernelSettings settings;
+  return settings;
+}
+
+void check_dtype_enabled(int32_t dtype, const char* what) {
+  const int64_t size = dtype_size(dtype);
+  if (size == 0) invalid_argument(what, " has dtype ", dtype_name(dtype), ", which flemu kernels do not support");
+  if (kernel_settings().enabled_dtypes & TFL_DTYPE_BIT(dtype)) return;
+  const char* var = dtype == TFL_DTYPE_FLOAT64   ? "FLEMU_FP64"
+                    : dtype == TFL_DTYPE_FLOAT16 ? "FLEMU_FP16"
+                                                 : "FLEMU_BF16";
+  invalid_argument(what, " has dtype ", dtype_name(dtype), ", which is disabled on this device (", var, "=0)");
+}
+
+bool TensorArg::is_contiguous() const {
+  int64_t expected = 1;
+  for (int32_t d = ndim - 1; d >= 0; --d) {
+    if (sizes[d] != 1 && strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+Launch::Launch(const TFL_Kernel_Args* args, int32_t id) : args_(args), id_(id) {
+  if (args == nullptr) invalid_argument("kernel arguments are NULL");
+  if (args->struct_size < TFL_Kernel_Args_STRUCT_SIZE)
+    invalid_argument("TFL_Kernel_Args.struct_size is ", args->struct_size, ", expected at least ",
+                     TFL_Kernel_Args_STRUCT_SIZE);
+  const TFL_KernelContext* ctx = args->ctx;
+  if (ctx == nullptr) invalid_argument("kernel context is NULL");
+  if (ctx->struct_size < TFL_STRUCT_SIZE(TFL_KernelContext, op_name))
+    invalid_argument("TFL_KernelContext.struct_size is ", ctx->struct_size, ", too small for device and stream");
+  if (args->num_inputs > 0 && args->inputs == nullptr) invalid_argument("inputs is NULL");
+  if (args->num_outputs > 0 && args->outputs == nullptr) invalid_argument("outputs is NULL");
+  rt_ = &runtime();
+  device_ = ctx->device;
+  rt_->device(device_);  // range check
+  stream_ = &stream_from_handle(ctx->stream);
+  if (stream_->device() != device_)
+    invalid_argument("ctx->stream belongs to device ", stream_->device(), ", not to ctx->device ", device_);
+  const KernelSettings& s = kernel_settings();
+  if (s.inject_crash_id == id) {
+    std::fprintf(stderr, "flemu: FLEMU_INJECT_CRASH=%s: aborting in the kernel\n", name());
+    std::fflush(stderr);
+    std::abort();
+  }
+  if (s.inject_error_id == id) {
+    if (s.inject_error_async) inject_async_ = true;
+    else
+      throw_error(s.inject_error_code,
+                  cat("injected failure at launch (FLEMU_INJECT_ERROR=", name(), ":", s.inject_error_code, ")"));
+  }
+}
+
+void Launch::enqueue_injected_failure() const {
+  const int32_t code = kernel_settings().inject_error_code;
+  const char* op = name();
+  stream_->submit(op, [code, op] {
+    throw_error(code, cat("injected failure on the stream (FLEMU_INJECT_ERROR=", op, ":", code, ":async)"));
+  });
+}
+
+const TFL_Value& Launch::input(size_t i, const char* what) const {
+  if (i >= args_->num_inputs)
+    invalid_argument("missing argument ", i, " (", what, "): got ", args_->num_inputs, " inputs");
+  return args_->inputs[i];
+}
+
+TensorArg Launch::input_tensor(size_t i, const char* what) const {
+  const TFL_Value& v = input(i, what);
+  if (v.tag != TFL_VALUE_TENSOR) invalid_argument("argument ", i, " (", what, ") must be a tensor, got tag ", v.tag);
+  return tensor(v.v.tensor, what);
+}
+
+ScalarArg Launch::scalar(size_t i, const char* what) const {
+  const TFL_Value& v = input(i, what);
+  ScalarArg s;
+  s.tag = v.tag;
+  switch (v.tag) {
+    case TFL_VALUE_INT:
+    case TFL_VALUE_BOOL: s.i = v.v.i; break;
+    case TFL_VALUE_DOUBLE: s.d = v.v.d; break;
+    case TFL_VALUE_COMPLEX:
+      throw_error(TFL_ERR_UNIMPLEMENTED, cat("argument ", i, " (", what, ") is a complex scalar; flemu has no complex kernels"));
+    default: invalid_argument("argument ", i, " (", what, ") must be a scalar (int, float or bool), got tag ", v.tag);
+  }
+  return s;
+}
+
+ScalarArg Launch::scalar_or(size_t i, int64_t fallback, const char* what) const {
+  if (!has_input(i)) {
+    ScalarArg s;
+    s.i = fallback;
+    return s;
+  }
+  return scalar(i, what);
+}
+
+bool Launch::boolean_or(size_t i, bool fallback, const char* what) const {
+  if (!has_input(i)) return fallback;
+  const TFL_Value& v = args_->inputs[i];
+  if (v.tag != TFL_VALUE_BOOL && v.tag != TFL_VALUE_INT)
+    invalid_argument("argument ", i, " (", what, ") must be a bool, got tag ", v.tag);
+  return v.v.i != 0;
+}
+
+TensorArg Launch::output(size_t i, const char* what) const {
+  if (i >= args_->num_outputs)
+    invalid_argument("missing output ", i, " (", what, "): got ", args_->num_outputs, " outputs");
+  return tensor(args_->outputs[i], what);
+}
+
+TensorArg Launch::tensor(const TFL_Tensor* t, const char* what, bool allow_peer) const {
+  if (t == nullptr) invalid_argument(what, " is NULL");
+  if (t->struct_size < TFL_Tensor_STRUCT_SIZE)
+    invalid_argument(what, ": TFL_Tensor.struct_size is ", t->struct_size, ", expected at least ", TFL_Tensor_STRUCT_SIZE);
+  check_dtype_enabled(t->dtype, what);
+  TensorArg a;
+  a.dtype = t->dtype;
+  a.itemsize = dtype_size(t->dtype);
+  a.ndim = t->ndim;
+  a.device = t->device;
+  a.sizes = t->sizes;
+  a.strides = t->strides;
+  if (t->memory_kind != TFL_MEMORY_DEVICE)
+    invalid_argument(what, " is in host memory; flemu kernels take device tensors (they do not set TFL_KERNEL_HOST_SCALARS)");
+  if (t->device != device_) {
+    if (!allow_peer) invalid_argument(what, " is on device ", t->device, " but the kernel runs on device ", device_);
+    if (!kernel_settings().peer_access)
+      invalid_argument(what, " is on device ", t->device, " and peer access is disabled (FLEMU_PEER_ACCESS=0)");
+  }
+  if (t->ndim < 0 || t->ndim > 64) invalid_argument(what, " has ndim ", t->ndim, "; expected 0..64");
+  if (t->ndim > 0 && (t->sizes == nullptr || t->strides == nullptr))
+    invalid_argument(what, " has ndim ", t->ndim, " but NULL sizes or strides");
+  int64_t numel = 1, last = 0;
+  for (int32_t d = 0; d < t->ndim; ++d) {
+    if (t->sizes[d] < 0 || t->strides[d] < 0)
+      invalid_argument(what, " has size ", t->sizes[d], " and stride ", t->strides[d], " in dim ", d,
+                       "; both must be >= 0");
+    numel *= t->sizes[d];
+    if (t->sizes[d] > 0) last += (t->sizes[d] - 1) * t->strides[d];
+  }
+  if (numel != t->numel) invalid_argument(what, " says numel ", t->numel, " but its sizes multiply to ", numel);
+  a.numel = numel;
+  if (numel == 0) return a;
+  if (t->data == nullptr) invalid_argument(what, " has ", numel, " elements but a NULL data pointer");
+  Arena& arena = rt_->device(t->device).arena;
+  const uint64_t bytes = static_cast<uint64_t>(last + 1) * static_cast<uint64_t>(a.itemsize);
+  if (!arena.owns_range(t->data, bytes))
+    invalid_argument(what, " [", t->data, ", +", bytes, " bytes) is not inside the memory of device ", t->device);
+  if (kernel_settings().strict) arena.check_allocated(t->data, bytes, what);
+  a.data = arena.to_host(t->data);
+  return a;
+}
+
+}  // namespace flemu

@@ -1,0 +1,126 @@
+// What every kernel launch does before it enqueues work: check the context
+// and stream, apply fault injection, and turn host descriptors into
+// validated TensorArgs that point at flemu's read-write alias of the memory.
+#ifndef FLEMU_KERNELS_LAUNCH_H_
+#define FLEMU_KERNELS_LAUNCH_H_
+
+#include <cstdint>
+#include <utility>
+
+#include "../errors.h"
+#include "../runtime.h"
+#include "../stream.h"
+#include "dtype.h"
+#include "registry.h"
+#include "torch_fl/kernel.h"
+
+namespace flemu {
+
+// Launch-time switches derived from the Config by configure_kernels.
+struct KernelSettings {
+  uint64_t enabled_dtypes = 0;  // TFL_DTYPE_BIT mask
+  int32_t inject_error_id = -1;
+  int32_t inject_error_code = 0;
+  bool inject_error_async = false;
+  int32_t inject_crash_id = -1;
+  bool strict = false;
+  bool peer_access = true;
+};
+KernelSettings& kernel_settings();
+
+// Throws unless `dtype` is handled and enabled (naming the FLEMU_* switch).
+void check_dtype_enabled(int32_t dtype, const char* what);
+
+// A tensor operand after validation. `data` is flemu's alias of element 0
+// (nullptr when numel == 0); sizes/strides point into the host descriptor
+// and are valid only during the launch.
+struct TensorArg {
+  char* data = nullptr;
+  int32_t dtype = 0;
+  int32_t ndim = 0;
+  int32_t device = 0;
+  int64_t numel = 0;
+  int64_t itemsize = 0;
+  const int64_t* sizes = nullptr;
+  const int64_t* strides = nullptr;
+
+  int64_t size(int32_t d) const { return sizes[d]; }
+  int64_t stride(int32_t d) const { return strides[d]; }
+  bool is_contiguous() const;
+};
+
+// A Scalar argument with its kind kept (integers never go through double).
+struct ScalarArg {
+  int32_t tag = TFL_VALUE_INT;  // TFL_VALUE_INT, _DOUBLE or _BOOL
+  int64_t i = 0;
+  double d = 0.0;
+
+  bool is_floating() const { return tag == TFL_VALUE_DOUBLE; }
+  double to_double() const { return tag == TFL_VALUE_DOUBLE ? d : static_cast<double>(i); }
+  int64_t to_int() const { return tag == TFL_VALUE_DOUBLE ? float_to_i64(d) : i; }
+  // The value in an arithmetic compute type (see compute_t).
+  template <class C>
+  C as() const {
+    if constexpr (std::is_integral_v<C>) return static_cast<C>(to_int());
+    else if (tag == TFL_VALUE_DOUBLE) return static_cast<C>(d);
+    else return static_cast<C>(i);
+  }
+};
+
+class Launch {
+ public:
+  // Validates args/ctx/stream and applies FLEMU_INJECT_CRASH and the
+  // synchronous form of FLEMU_INJECT_ERROR.
+  Launch(const TFL_Kernel_Args* args, int32_t kernel_id);
+
+  const char* name() const { return kernel_name(id_); }
+  int32_t device() const { return device_; }
+  Stream& stream() const { return *stream_; }
+  size_t num_inputs() const { return args_->num_inputs; }
+  size_t num_outputs() const { return args_->num_outputs; }
+
+  const TFL_Value& input(size_t i, const char* what) const;
+  bool has_input(size_t i) const { return i < args_->num_inputs && args_->inputs[i].tag != TFL_VALUE_NONE; }
+  TensorArg input_tensor(size_t i, const char* what) const;
+  ScalarArg scalar(size_t i, const char* what) const;
+  ScalarArg scalar_or(size_t i, int64_t fallback, const char* what) const;
+  bool boolean_or(size_t i, bool fallback, const char* what) const;
+  TensorArg output(size_t i, const char* what) const;
+  // Validates any descriptor: dtype enabled, device memory of this device
+  // (or of a peer when allow_peer and peer access is on), in range.
+  TensorArg tensor(const TFL_Tensor* t, const char* what, bool allow_peer = false) const;
+
+  // Enqueues the kernel's work on ctx->stream (or, under the asynchronous
+  // form of FLEMU_INJECT_ERROR, a task that fails instead).
+  template <class Fn>
+  void enqueue(Fn&& fn) const {
+    if (inject_async_) {
+      enqueue_injected_failure();
+      return;
+    }
+    stream_->submit(name(), std::forward<Fn>(fn));
+  }
+
+ private:
+  void enqueue_injected_failure() const;
+
+  const TFL_Kernel_Args* args_;
+  int32_t id_;
+  int32_t device_;
+  Runtime* rt_;
+  Stream* stream_;
+  bool inject_async_ = false;
+};
+
+// Runs a launch body, converting exceptions into a TFL_Error for the host.
+template <class Body>
+TFL_Error* run_kernel(const TFL_Kernel_Args* args, int32_t id, Body&& body) noexcept {
+  return guarded(kernel_name(id), [&] {
+    Launch launch(args, id);
+    body(launch);
+  });
+}
+
+}  // namespace flemu
+
+#endif  // FLEMU_KERNELS_LAUNCH_H_

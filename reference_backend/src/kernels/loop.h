@@ -1,0 +1,92 @@
+// Elementwise iteration over strided operands: operand 0 fixes the shape,
+// the others are broadcast to it; dimensions are reordered to follow the
+// memory order of the operands and merged where they are contiguous, so
+// most loops end up one long inner run.
+#ifndef FLEMU_KERNELS_LOOP_H_
+#define FLEMU_KERNELS_LOOP_H_
+
+#include <algorithm>
+#include <cstdint>
+
+#include "../thread_pool.h"
+#include "launch.h"
+
+namespace flemu {
+
+constexpr int kMaxLoopDims = 16;
+constexpr int kMaxOperands = 3;
+
+struct LoopPlan {
+  int32_t ndim = 0;  // >= 1 unless numel == 0
+  int32_t nops = 0;
+  int64_t numel = 0;
+  int64_t sizes[kMaxLoopDims];
+  int64_t strides[kMaxOperands][kMaxLoopDims];  // bytes; the last dim is the inner one
+  char* data[kMaxOperands];
+};
+
+// Operand 0 (normally the output) gives the iteration shape; each other
+// operand must be broadcastable to it. Throws on a mismatch.
+LoopPlan make_loop(const TensorArg* const* operands, int nops, const char* const* names);
+
+inline int64_t loop_inner_size(const LoopPlan& p) { return p.sizes[p.ndim - 1]; }
+
+// Calls f(ptrs, inner_strides, n) for the runs that cover flattened
+// elements [begin, end) in loop order.
+template <class F>
+void for_each_run(const LoopPlan& p, int64_t begin, int64_t end, F&& f) {
+  if (begin >= end) return;
+  const int inner = p.ndim - 1;
+  const int64_t n = p.sizes[inner];
+  int64_t row = begin / n, col = begin % n;
+  int64_t idx[kMaxLoopDims];
+  char* ptr[kMaxOperands];
+  int64_t inner_stride[kMaxOperands];
+  for (int k = 0; k < p.nops; ++k) {
+    ptr[k] = p.data[k];
+    inner_stride[k] = p.strides[k][inner];
+  }
+  for (int d = inner - 1; d >= 0; --d) {
+    idx[d] = row % p.sizes[d];
+    row /= p.sizes[d];
+    for (int k = 0; k < p.nops; ++k) ptr[k] += idx[d] * p.strides[k][d];
+  }
+  int64_t remaining = end - begin;
+  for (;;) {
+    const int64_t len = std::min(n - col, remaining);
+    char* run[kMaxOperands];
+    for (int k = 0; k < p.nops; ++k) run[k] = ptr[k] + col * inner_stride[k];
+    f(run, inner_stride, len);
+    remaining -= len;
+    if (remaining == 0) return;
+    col = 0;
+    int d = inner - 1;
+    for (; d >= 0; --d) {
+      for (int k = 0; k < p.nops; ++k) ptr[k] += p.strides[k][d];
+      if (++idx[d] < p.sizes[d]) break;
+      for (int k = 0; k < p.nops; ++k) ptr[k] -= p.strides[k][d] * p.sizes[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+// Elements below which a loop is not worth splitting across threads.
+constexpr int64_t kParallelGrain = int64_t{1} << 16;
+
+// Runs the whole loop, splitting it across the thread pool when large.
+template <class F>
+void run_loop(const LoopPlan& p, F&& f) {
+  if (p.numel == 0) return;
+  if (p.numel < 2 * kParallelGrain) {
+    for_each_run(p, 0, p.numel, f);
+    return;
+  }
+  ThreadPool& pool = ThreadPool::instance();
+  const int64_t chunks = std::min<int64_t>(p.numel / kParallelGrain, 4 * pool.parallelism());
+  const int64_t per = (p.numel + chunks - 1) / chunks;
+  pool.parallel_for(chunks, [&](int64_t c) { for_each_run(p, c * per, std::min(p.numel, (c + 1) * per), f); });
+}
+
+}  // namespace flemu
+
+#endif  // FLEMU_KERNELS_LOOP_H_

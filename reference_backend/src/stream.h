@@ -1,0 +1,177 @@
+// Streams and events. A stream is one worker thread draining a FIFO of
+// tasks strictly in order; events are markers in those FIFOs with a
+// generation count, so that "wait for the event as last recorded" is exact.
+#ifndef FLEMU_STREAM_H_
+#define FLEMU_STREAM_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "torch_fl/stream.h"
+
+namespace flemu {
+
+// One unit of work on a stream. run() reports failure by throwing
+// flemu::Error; the stream turns that into its pending error.
+class Task {
+ public:
+  explicit Task(const char* name) : name_(name) {}
+  virtual ~Task() = default;
+  virtual void run() = 0;
+  const char* name() const { return name_; }
+
+ private:
+  const char* name_;  // static string, e.g. "aten::mm"
+};
+
+template <class Fn>
+class FnTask final : public Task {
+ public:
+  FnTask(const char* name, Fn fn) : Task(name), fn_(std::move(fn)) {}
+  void run() override { fn_(); }
+
+ private:
+  Fn fn_;
+};
+
+// Busy-waits up to `spin_ns` for `ready()`; true when it became ready.
+template <class Ready>
+bool spin_until(Ready&& ready, int64_t spin_ns);
+
+void cpu_relax();
+
+class Stream : public std::enable_shared_from_this<Stream> {
+ public:
+  Stream(int32_t device, uint32_t id, uint32_t sanitize_us, uint64_t sanitize_seed);
+  ~Stream();  // drains the queue, then joins the worker
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  int32_t device() const { return device_; }
+  uint32_t id() const { return id_; }
+  bool valid() const { return magic_ == kMagic; }
+
+  // Enqueues a task; returns its sequence number (1, 2, ...). Called by one
+  // host thread at a time per stream (the ABI guarantees it).
+  uint64_t enqueue(std::unique_ptr<Task> task);
+  template <class Fn>
+  uint64_t submit(const char* name, Fn&& fn) {
+    return enqueue(std::make_unique<FnTask<std::decay_t<Fn>>>(name, std::forward<Fn>(fn)));
+  }
+
+  uint64_t submitted() const { return submitted_.load(std::memory_order_acquire); }
+  uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
+  bool idle() const { return completed() == submitted(); }
+  // Blocks the calling thread until task `seq` has run.
+  void wait(uint64_t seq);
+  void wait_idle() { wait(submitted()); }
+
+  // Removes and returns the pending error if it came from a task enqueued
+  // before `before` (a sequence number); nullptr otherwise.
+  TFL_Error* take_error(uint64_t before = UINT64_MAX);
+  bool has_error() const { return has_error_.load(std::memory_order_acquire); }
+  // Records a failure as if a task with sequence `seq` had failed.
+  void set_error(uint64_t seq, int32_t code, std::string message);
+
+ private:
+  static constexpr uint64_t kMagic = 0x464c454d5553544dull;  // "FLEMUSTM"
+
+  void worker_loop();
+  void run_task(Task& task, uint64_t seq);
+
+  uint64_t magic_ = kMagic;
+  const int32_t device_;
+  const uint32_t id_;
+  const uint32_t sanitize_us_;
+  std::mt19937_64 sanitize_rng_;
+
+  // Queue: producer and worker.
+  std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::deque<std::unique_ptr<Task>> queue_;
+  bool worker_sleeping_ = false;
+  bool stop_ = false;
+  std::atomic<uint64_t> submitted_{0};
+  std::atomic<bool> stop_requested_{false};
+
+  // Completion: worker and waiting threads.
+  std::atomic<uint64_t> completed_{0};
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  std::atomic<uint64_t> wake_at_{UINT64_MAX};  // smallest seq a sleeping waiter needs
+
+  // The first failure not yet reported.
+  std::mutex error_mu_;
+  std::atomic<bool> has_error_{false};
+  uint64_t error_seq_ = 0;
+  int32_t error_code_ = 0;
+  std::string error_message_;
+
+  std::thread worker_;
+};
+
+class Event : public std::enable_shared_from_this<Event> {
+ public:
+  Event(int32_t device, uint32_t flags) : device_(device), flags_(flags) {}
+  ~Event() { magic_ = 0; }
+
+  int32_t device() const { return device_; }
+  bool timing() const { return (flags_ & TFL_EVENT_TIMING) != 0; }
+  bool valid() const { return magic_ == kMagic; }
+
+  // Enqueues a marker on `stream`; the event completes when it runs.
+  void record(const std::shared_ptr<Stream>& stream);
+  bool query() const;
+  bool recorded() const { return recorded_gen_.load(std::memory_order_acquire) != 0; }
+  // Blocks until the event as recorded now has completed; returns the
+  // recording stream's error raised before the marker, if any.
+  TFL_Error* synchronize();
+  // Makes `stream` wait (on its worker) for the event as recorded now.
+  void enqueue_wait(Stream& stream);
+  // Steady-clock nanoseconds at which the last completed marker ran.
+  int64_t timestamp_ns() const { return timestamp_ns_.load(std::memory_order_acquire); }
+
+ private:
+  static constexpr uint64_t kMagic = 0x464c454d55455654ull;  // "FLEMUEVT"
+
+  void complete(uint64_t generation);
+  void wait_generation(uint64_t generation);
+
+  uint64_t magic_ = kMagic;
+  const int32_t device_;
+  const uint32_t flags_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<uint64_t> recorded_gen_{0};
+  std::atomic<uint64_t> completed_gen_{0};
+  std::atomic<int64_t> timestamp_ns_{0};
+  std::atomic<int32_t> waiters_{0};
+  std::weak_ptr<Stream> stream_;  // where it was last recorded
+  uint64_t marker_seq_ = 0;       // the marker's sequence number there
+};
+
+int64_t now_ns();
+
+template <class Ready>
+bool spin_until(Ready&& ready, int64_t spin_ns) {
+  if (ready()) return true;
+  const int64_t deadline = now_ns() + spin_ns;
+  for (int i = 1;; ++i) {
+    cpu_relax();
+    if (ready()) return true;
+    if ((i & 63) == 0 && now_ns() >= deadline) return false;
+  }
+}
+
+}  // namespace flemu
+
+#endif  // FLEMU_STREAM_H_

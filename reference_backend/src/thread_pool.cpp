@@ -1,0 +1,118 @@
+#include "thread_pool.h"
+
+#include "stream.h"  // spin_until, cpu_relax
+
+namespace flemu {
+
+namespace {
+constexpr int64_t kHelperSpinNs = 50'000;
+std::mutex g_instance_mu;
+std::unique_ptr<ThreadPool> g_instance;
+std::atomic<ThreadPool*> g_instance_ptr{nullptr};
+}  // namespace
+
+ThreadPool& ThreadPool::instance() {
+  if (ThreadPool* p = g_instance_ptr.load(std::memory_order_acquire)) return *p;
+  std::lock_guard<std::mutex> lock(g_instance_mu);
+  if (!g_instance) {
+    const unsigned hw = std::thread::hardware_concurrency();
+    g_instance = std::make_unique<ThreadPool>(hw > 1 ? static_cast<int>(hw) - 1 : 0);
+    g_instance_ptr.store(g_instance.get(), std::memory_order_release);
+  }
+  return *g_instance;
+}
+
+void ThreadPool::shutdown_instance() {
+  std::lock_guard<std::mutex> lock(g_instance_mu);
+  g_instance_ptr.store(nullptr, std::memory_order_release);
+  g_instance.reset();
+}
+
+void ThreadPool::abandon_after_fork() {
+  g_instance_ptr.store(nullptr, std::memory_order_release);
+  (void)g_instance.release();  // leaked on purpose: destroying it would join threads that do not exist here
+}
+
+ThreadPool::ThreadPool(int helpers) {
+  for (int i = 0; i < helpers; ++i) threads_.emplace_back([this] { helper_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    stop_flag_.store(true);
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ThreadPool::work_on(Job& job) {
+  for (;;) {
+    const int64_t i = job.next.fetch_add(1, std::memory_order_relaxed);
+    if (i >= job.n) return;
+    try {
+      (*job.fn)(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(job.error_mu);
+      if (!job.error) job.error = std::current_exception();
+    }
+    job.done.fetch_add(1, std::memory_order_release);
+  }
+}
+
+void ThreadPool::helper_loop() {
+  uint64_t seen = 0;
+  for (;;) {
+    spin_until(
+        [&] { return generation_.load(std::memory_order_acquire) != seen || stop_flag_.load(); },
+        kHelperSpinNs);
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (generation_.load() == seen && !stop_) {
+        ++sleepers_;
+        cv_.wait(lock, [&] { return generation_.load() != seen || stop_; });
+        --sleepers_;
+      }
+      if (stop_) return;
+      seen = generation_.load();
+      job = current_;
+    }
+    if (job) work_on(*job);
+  }
+}
+
+void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
+  if (n <= 0) return;
+  std::unique_lock<std::mutex> run_lock(run_mu_, std::try_to_lock);
+  if (n == 1 || threads_.empty() || !run_lock.owns_lock()) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  auto job = std::make_shared<Job>();
+  job->fn = &fn;
+  job->n = n;
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    current_ = job;
+    generation_.fetch_add(1, std::memory_order_release);
+    wake = sleepers_ > 0;
+  }
+  if (wake) cv_.notify_all();
+  work_on(*job);
+  // Indices already claimed by helpers finish soon; a helper that arrives
+  // later finds none left and never touches `fn`.
+  for (int spins = 1; job->done.load(std::memory_order_acquire) < n; ++spins) {
+    if (spins % 1024 == 0) std::this_thread::yield();  // a helper may have been preempted
+    else cpu_relax();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    current_.reset();
+  }
+  if (job->error) std::rethrow_exception(job->error);
+}
+
+}  // namespace flemu
