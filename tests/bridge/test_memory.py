@@ -125,3 +125,21 @@ def test_record_stream_delays_reuse_until_the_other_stream_is_done() -> None:
     r = json.loads(out.splitlines()[-1])
     assert r == {"reused_early": False, "still_active": True, "released": True,
                  "value": 2.0 * (1 << 16)}, r
+
+
+def test_strict_mode_catches_a_host_read_of_device_memory() -> None:
+    code = """
+        import ctypes, torch
+        x = torch.arange(16.0, device="flemu")
+        y = (x * 2).cpu()            # the plugin itself reaches its memory
+        assert y[3].item() == 6.0
+        print("ops work", flush=True)
+        ctypes.c_float.from_address(x.data_ptr()).value   # a host read of device memory
+        print("host read did not crash", flush=True)
+        """
+    proc = run_python(code, env={"FLEMU_STRICT": "1"})
+    assert "ops work" in proc.stdout, proc.stderr
+    assert "host read did not crash" not in proc.stdout, proc.stdout
+    assert proc.returncode == -11, (proc.returncode, proc.stderr)  # SIGSEGV
+    relaxed = run_python(code, env={"FLEMU_STRICT": "0"})
+    assert "host read did not crash" in relaxed.stdout, relaxed.stderr
