@@ -1447,9 +1447,27 @@ static void test_reductions() {
     CHECK_OK(launch("aten::mean.dim", {tv(a.t()), ilist({0}), bv(false), nonev()}, {cols.t()}));
     check_values(__FILE__, __LINE__, "mean over dim 0", download(cols), ref_reduce(av, {1000, 257}, {true, false}, true, TFL_DTYPE_FLOAT32),
                  1e-5, 1e-6);
+    // Rows reduced in parallel chunks write disjoint outputs.
+    Tensor rows = make_tensor(TFL_DTYPE_FLOAT32, {1000});
+    CHECK_OK(launch("aten::sum.dim_IntList", {tv(a.t()), ilist({1}), bv(false), nonev()}, {rows.t()}));
+    check_values(__FILE__, __LINE__, "sum over dim 1 (parallel rows)", download(rows),
+                 ref_reduce(av, {1000, 257}, {false, true}, false, TFL_DTYPE_FLOAT32), 1e-5, 1e-5);
     free_tensor(a);
     free_tensor(s);
     free_tensor(cols);
+    free_tensor(rows);
+    std::vector<LD> iv32;
+    Tensor ints = filled(TFL_DTYPE_INT32, {300, 1000}, &iv32, {1, 300});
+    Tensor total = make_tensor(TFL_DTYPE_INT64, {}), per_col = make_tensor(TFL_DTYPE_INT64, {1, 1000});
+    CHECK_OK(launch("aten::sum", {tv(ints.t()), stype(TFL_DTYPE_INT64)}, {total.t()}));
+    check_values(__FILE__, __LINE__, "sum of 300000 int32", download(total),
+                 ref_reduce(iv32, {300, 1000}, {true, true}, false, TFL_DTYPE_INT64), 0, 0);
+    CHECK_OK(launch("aten::sum.dim_IntList", {tv(ints.t()), ilist({0}), bv(true), stype(TFL_DTYPE_INT64)}, {per_col.t()}));
+    check_values(__FILE__, __LINE__, "int32 column sums, keepdim", download(per_col),
+                 ref_reduce(iv32, {300, 1000}, {true, false}, false, TFL_DTYPE_INT64), 0, 0);
+    free_tensor(ints);
+    free_tensor(total);
+    free_tensor(per_col);
     Tensor f = make_tensor(TFL_DTYPE_FLOAT32, {2}), i = make_tensor(TFL_DTYPE_INT64, {});
     upload(f, {1.75, -2.5});
     CHECK_OK(launch("aten::sum", {tv(f.t()), stype(TFL_DTYPE_INT64)}, {i.t()}));

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "../thread_pool.h"
 #include "launch.h"
 #include "loop.h"
 #include "registry.h"
@@ -100,10 +101,59 @@ void write_out(const ReducePlan& p, const Acc* acc) {
   }
 }
 
+// Input elements per chunk when a reduction is split across threads.
+constexpr int64_t kReduceGrain = int64_t{1} << 16;
+constexpr int64_t kMaxReduceChunks = 64;
+
+template <class Acc>
+inline void add_into(Acc* dst, const Acc* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_integral_v<Acc>)
+      dst[i] = static_cast<Acc>(static_cast<uint64_t>(dst[i]) + static_cast<uint64_t>(src[i]));
+    else dst[i] += src[i];
+  }
+}
+
+// Accumulates the slice [begin, end) of the outermost loop dim.
+template <class Acc, class T>
+void accumulate_slice(const ReducePlan& p, int64_t begin, int64_t end, Acc* acc) {
+  ReducePlan sub = p;
+  sub.sizes[0] = end - begin;
+  sub.in = p.in + begin * p.in_strides[0];
+  sub.in_numel = p.in_numel / p.sizes[0] * (end - begin);
+  accumulate<Acc, T>(sub, acc + begin * p.acc_strides[0]);
+}
+
+template <class Acc, class T>
+void accumulate_parallel(const ReducePlan& p, Acc* acc) {
+  // The chunking depends on the shape only, so results do not change with
+  // the number of threads.
+  const int64_t chunks = std::min({p.sizes[0], p.in_numel / kReduceGrain, kMaxReduceChunks});
+  const bool disjoint = p.acc_strides[0] != 0;  // chunks write different outputs
+  if (chunks < 2 || (!disjoint && p.out_numel * chunks > (int64_t{1} << 22))) {
+    accumulate<Acc, T>(p, acc);
+    return;
+  }
+  const int64_t per = (p.sizes[0] + chunks - 1) / chunks;
+  std::vector<std::vector<Acc>> partial(disjoint ? 0 : static_cast<size_t>(chunks));
+  ThreadPool::instance().parallel_for(chunks, [&](int64_t c) {
+    const int64_t begin = c * per, end = std::min(p.sizes[0], begin + per);
+    if (begin >= end) return;
+    if (disjoint) {
+      accumulate_slice<Acc, T>(p, begin, end, acc);
+    } else {
+      partial[static_cast<size_t>(c)].assign(static_cast<size_t>(p.out_numel), Acc(0));
+      accumulate_slice<Acc, T>(p, begin, end, partial[static_cast<size_t>(c)].data());
+    }
+  });
+  for (const auto& part : partial)
+    if (!part.empty()) add_into(acc, part.data(), p.out_numel);
+}
+
 template <class Acc>
 void run_reduce(const ReducePlan& p) {
   std::vector<Acc> acc(static_cast<size_t>(p.out_numel), Acc(0));
-  dispatch_dtype(p.in_dtype, [&](auto tag) { accumulate<Acc, typename decltype(tag)::type>(p, acc.data()); });
+  dispatch_dtype(p.in_dtype, [&](auto tag) { accumulate_parallel<Acc, typename decltype(tag)::type>(p, acc.data()); });
   dispatch_dtype(p.out_dtype, [&](auto tag) { write_out<Acc, typename decltype(tag)::type>(p, acc.data()); });
 }
 
