@@ -99,3 +99,19 @@ def test_device_count_follows_flemu_device_count() -> None:
 def test_amp_supported_dtypes() -> None:
     assert torch.flemu.get_amp_supported_dtype() == [torch.float16, torch.bfloat16]
     assert torch.flemu.is_bf16_supported()
+
+
+def test_forked_child_is_marked_bad_and_seeding_there_does_not_touch_the_device() -> None:
+    out = assert_ok(run_python(
+        """
+        import os, torch
+        x = torch.ones(2, device="flemu")
+        pid = os.fork()
+        if pid == 0:
+            ok = torch.flemu._is_in_bad_fork()
+            torch.manual_seed(0)          # skips the device: its state is the parent's
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), torch.flemu._is_in_bad_fork(), x.sum().item())
+        """))
+    assert out.split() == ["0", "False", "2.0"], out

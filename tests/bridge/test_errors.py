@@ -40,9 +40,22 @@ def test_kernel_error_names_plugin_op_and_code() -> None:
 
 def test_error_codes_map_to_python_exception_types() -> None:
     assert run_injected("aten::mm:2")["type"] == "ValueError"          # INVALID_ARGUMENT
-    assert run_injected("aten::mm:4")["type"] == "NotImplementedError"  # UNIMPLEMENTED
     oom = run_injected("aten::mm:3")                                    # OUT_OF_MEMORY
     assert oom["type"] == "OutOfMemoryError", oom
+
+
+def test_a_kernel_that_declines_a_call_sends_it_down_the_fallback_chain() -> None:
+    out = assert_ok(run_python(
+        """
+        import torch, torch_fl
+        a = torch.arange(6.0, device="flemu").reshape(2, 3)
+        with torch_fl.op_stats_scope() as s:
+            c = a @ a.t()
+        row = s.table.get("aten::mm")
+        print(row.native, row.cpu_fallback, c.cpu().tolist())
+        """, env={"FLEMU_INJECT_ERROR": "aten::mm:4", "TORCH_FL_FALLBACK": "silent"}))
+    assert out.split()[:2] == ["0", "1"], out  # TFL_ERR_UNIMPLEMENTED: declined
+    assert "[[5.0, 14.0], [14.0, 50.0]]" in out, out
 
 
 def test_asynchronous_kernel_error_surfaces_at_the_next_synchronization() -> None:

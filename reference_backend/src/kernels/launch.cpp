@@ -10,14 +10,20 @@ KernelSettings& kernel_settings() {
   return settings;
 }
 
+// An unsupported dtype is a call flemu declines (TFL_ERR_UNIMPLEMENTED): the
+// host then runs it through its fallback chain.
 void check_dtype_enabled(int32_t dtype, const char* what) {
   const int64_t size = dtype_size(dtype);
-  if (size == 0) invalid_argument(what, " has dtype ", dtype_name(dtype), ", which flemu kernels do not support");
+  if (size == 0) {
+    throw_error(TFL_ERR_UNIMPLEMENTED,
+                cat(what, " has dtype ", dtype_name(dtype), ", which flemu kernels do not support"));
+  }
   if (kernel_settings().enabled_dtypes & TFL_DTYPE_BIT(dtype)) return;
   const char* var = dtype == TFL_DTYPE_FLOAT64   ? "FLEMU_FP64"
                     : dtype == TFL_DTYPE_FLOAT16 ? "FLEMU_FP16"
                                                  : "FLEMU_BF16";
-  invalid_argument(what, " has dtype ", dtype_name(dtype), ", which is disabled on this device (", var, "=0)");
+  throw_error(TFL_ERR_UNIMPLEMENTED,
+              cat(what, " has dtype ", dtype_name(dtype), ", which is disabled on this device (", var, "=0)"));
 }
 
 bool TensorArg::is_contiguous() const {

@@ -81,7 +81,10 @@ typedef struct TFL_HostServices {
 } TFL_HostServices;
 #define TFL_HostServices_STRUCT_SIZE TFL_STRUCT_SIZE(TFL_HostServices, log)
 
-/* Brings the plugin up. Called once, before any function outside this group.
+/* Brings the plugin up. Called once per process, before any function outside
+ * this group. Plugin state does not survive fork(): in a child process
+ * forked after Initialize every function outside this group fails with
+ * TFL_ERR_UNAVAILABLE (the host marks such children as unusable).
  * This is the second half of version negotiation: the plugin sees the host's
  * ABI version and may refuse it with TFL_ERR_ABI_MISMATCH. Options are
  * key/value strings the user passed at registration (e.g. from
@@ -102,8 +105,8 @@ typedef TFL_Error* TFL_Plugin_Initialize(TFL_Plugin_Initialize_Args* args);
 
 /* Tears the plugin down at process exit. The host has synchronized every
  * device and released its cached memory and its streams; allocations still
- * held by live tensors are abandoned and the plugin may reclaim them. No
- * other function is called afterwards. */
+ * held by live tensors are abandoned and the plugin may reclaim them. The host
+ * calls nothing afterwards (a plugin may still accept a new Initialize). */
 typedef struct TFL_Plugin_Shutdown_Args {
   size_t struct_size;
 } TFL_Plugin_Shutdown_Args;

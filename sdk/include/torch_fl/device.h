@@ -71,7 +71,8 @@ typedef struct TFL_Device_Synchronize_Args {
 typedef TFL_Error* TFL_Device_Synchronize(TFL_Device_Synchronize_Args* args);
 
 /* Whether `device` can copy directly to and from `peer` (TFL_COPY_PEER).
- * When it cannot, the host stages cross-device copies through host memory. */
+ * When it cannot, the host stages cross-device copies through host memory.
+ * A device can always access itself. */
 typedef struct TFL_Device_CanAccessPeer_Args {
   size_t struct_size;
   int32_t device;     /* in */

@@ -29,6 +29,14 @@
  * returns. It may also run synchronously. It must copy any descriptor data it
  * needs later (see TFL_Tensor lifetime) and must not block on other streams.
  *
+ * Declining a call: a kernel that cannot serve these particular arguments (an
+ * output dtype the device lacks, too many dimensions, ...) returns
+ * TFL_ERR_UNIMPLEMENTED before enqueuing anything; the bridge then runs the
+ * call through its fallback chain and counts it there. Any other error is
+ * raised to the caller.
+ *
+ * Tensors have at most TFL_MAX_DIMS dimensions.
+ *
  * The symbol convention
  * ---------------------
  * Instead of (or besides) TFL_Kernels_List, a plugin may export functions
@@ -47,6 +55,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The largest ndim the bridge passes to a kernel; larger tensors fall back. */
+#define TFL_MAX_DIMS 64
 
 /* Which overload of a kernel's operator is running. */
 typedef enum TFL_KernelVariant {

@@ -25,7 +25,8 @@ typedef struct TFL_Stream_Create_Args {
   TFL_STRUCT_SIZE(TFL_Stream_Create_Args, stream)
 typedef TFL_Error* TFL_Stream_Create(TFL_Stream_Create_Args* args);
 
-/* Completes the stream's pending work, then releases it. */
+/* Completes the stream's pending work, then releases it. The stream is
+ * released even when an error (its pending asynchronous error) is returned. */
 typedef struct TFL_Stream_Destroy_Args {
   size_t struct_size;
   TFL_Stream* stream; /* in */
@@ -65,7 +66,7 @@ typedef struct TFL_Stream_WaitEvent_Args {
   TFL_STRUCT_SIZE(TFL_Stream_WaitEvent_Args, event)
 typedef TFL_Error* TFL_Stream_WaitEvent(TFL_Stream_WaitEvent_Args* args);
 
-/* Event flags. */
+/* Event flags. A plugin ignores bits it does not know (a newer host's). */
 #define TFL_EVENT_TIMING 1u /* record a timestamp; needed for ElapsedTime */
 
 typedef struct TFL_Event_Create_Args {

@@ -15,7 +15,7 @@ import torch
 
 from torch_fl import _decomp
 from torch_fl._discovery import PluginSpec, discover_plugins
-from torch_fl.device_module import DeviceProperties, make_device_module
+from torch_fl.device_module import DeviceProperties, _after_fork_in_child, make_device_module
 from torch_fl.errors import (
     LOAD_ERRORS,
     InvalidDeviceNameError,
@@ -237,6 +237,7 @@ def register_device_plugin(
             passed_over=_passed_over,
         )
         atexit.register(_at_exit)
+        os.register_at_fork(after_in_child=_after_fork_in_child)
         return _active
 
 

@@ -16,6 +16,15 @@ import torch
 
 __all__ = ["DeviceProperties", "make_device_module"]
 
+# Plugin state does not survive fork(): a child forked after registration
+# must not touch the device (PyTorch asks through _is_in_bad_fork).
+_in_bad_fork = False
+
+
+def _after_fork_in_child() -> None:
+    global _in_bad_fork
+    _in_bad_fork = True
+
 
 @dataclass(frozen=True)
 class DeviceProperties:
@@ -249,10 +258,14 @@ def make_device_module(name: str, info: dict[str, Any]) -> types.ModuleType:
         return True
 
     def _is_in_bad_fork() -> bool:
-        return False
+        return _in_bad_fork
 
     def _lazy_init() -> None:
-        pass
+        if _in_bad_fork:
+            raise RuntimeError(
+                f"cannot use the {name} device in a process forked after it was "
+                "initialized; use the 'spawn' start method for multiprocessing"
+            )
 
     exported = {
         "is_available": is_available,

@@ -74,7 +74,17 @@ void launch_copy_kernel(const at::Tensor& dst, const at::Tensor& src) {
   KernelCall call(
       device, StreamRegistry::get().current_native(device), desc->op,
       desc->user_data, TFL_VARIANT_INPLACE);
-  call.run(desc->fn, inputs, 3, outputs, 1);
+  std::string declined;
+  if (!call.run(desc->fn, inputs, 3, outputs, 1, &declined)) {
+    // The plugin's copy kernel cannot take this pair: stage through the host.
+    at::Tensor host = read_extent(src);
+    at::Tensor view = read_extent(dst);
+    view.copy_(host);
+    plugin_memcpy(
+        TFL_COPY_HOST_TO_DEVICE, dst.data_ptr(), device, view.data_ptr(), -1,
+        static_cast<size_t>(extent_elements(dst)) * dst.element_size(),
+        StreamRegistry::get().current_native(device), true);
+  }
 }
 
 void copy_host_to_device(const at::Tensor& dst, const at::Tensor& src, bool non_blocking);

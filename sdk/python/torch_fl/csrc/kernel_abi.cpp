@@ -138,12 +138,13 @@ int32_t KernelCall::allocate_workspace(TFL_KernelContext* ctx, size_t size, void
   }
 }
 
-void KernelCall::run(
+bool KernelCall::run(
     TFL_KernelFn fn,
     const TFL_Value* inputs,
     size_t num_inputs,
     const TFL_Tensor* const* outputs,
-    size_t num_outputs) {
+    size_t num_outputs,
+    std::string* declined) {
   TFL_Kernel_Args args;
   args.struct_size = TFL_Kernel_Args_STRUCT_SIZE;
   args.ctx = &ctx_;
@@ -151,9 +152,21 @@ void KernelCall::run(
   args.num_inputs = num_inputs;
   args.outputs = outputs;
   args.num_outputs = num_outputs;
-  if (TFL_Error* error = fn(&args)) {
-    active_plugin().check(error, std::string("kernel ") + ctx_.op_name);
+  TFL_Error* error = fn(&args);
+  if (error == nullptr) {
+    return true;
   }
+  Plugin& plugin = active_plugin();
+  TFL_Error_GetCode_Args code{};
+  code.struct_size = TFL_Error_GetCode_Args_STRUCT_SIZE;
+  code.error = error;
+  plugin.api().core->Error_GetCode(&code);
+  if (code.code == TFL_ERR_UNIMPLEMENTED) {
+    *declined = plugin.consume(error).second;
+    return false;
+  }
+  plugin.check(error, std::string("kernel ") + ctx_.op_name);
+  return true;
 }
 
 } // namespace torch_fl::bridge

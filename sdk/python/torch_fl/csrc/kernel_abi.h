@@ -8,6 +8,7 @@
 #include <c10/core/ScalarType.h>
 #include <c10/core/Stream.h>
 
+#include <string>
 #include <vector>
 
 namespace torch_fl::bridge {
@@ -42,13 +43,16 @@ class KernelCall {
   TFL_KernelContext* context() {
     return &ctx_;
   }
-  // Calls `fn`; throws the mapped exception if it fails.
-  void run(
+  // Calls `fn`. Returns true when it ran; false when it declined the call
+  // with TFL_ERR_UNIMPLEMENTED (its message in *declined). Throws the mapped
+  // exception for any other error.
+  bool run(
       TFL_KernelFn fn,
       const TFL_Value* inputs,
       size_t num_inputs,
       const TFL_Tensor* const* outputs,
-      size_t num_outputs);
+      size_t num_outputs,
+      std::string* declined);
 
  private:
   static int32_t allocate_workspace(TFL_KernelContext* ctx, size_t size, void** ptr);

@@ -384,6 +384,7 @@ struct CallState {
   size_t num_doubles = 0;
   size_t num_bools = 0;
   size_t num_strings = 0;
+  size_t max_dims = 0;
   c10::SmallVector<at::Tensor, 4> outputs;   // what the kernel writes
   c10::SmallVector<at::Tensor, 4> targets;   // what the caller gets back (in-place/out=)
   c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 2> copy_back; // (target, temporary)
@@ -426,10 +427,19 @@ class NativeKernel final : public c10::OperatorKernel {
       run_fallback(op, ks, stack, "the kernel does not take this dtype");
       return;
     }
+    if (call.max_dims > TFL_MAX_DIMS) {
+      run_fallback(op, ks, stack, "a tensor has more than TFL_MAX_DIMS dimensions");
+      return;
+    }
     OpCounter& counter = counters_.get(call.dtype);
+    std::string declined;
     try {
       prepare_outputs(args, *entry, call);
-      launch(args, call);
+      if (!launch(args, call, &declined)) {
+        const std::string reason = "the kernel declined this call: " + declined;
+        run_fallback(op, ks, stack, reason.c_str());
+        return;
+      }
       for (auto& [target, temp] : call.copy_back) {
         target.copy_(temp);
       }
@@ -579,6 +589,7 @@ class NativeKernel final : public c10::OperatorKernel {
     const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
     const auto sizes = impl->sizes();
     const auto strides = impl->strides();
+    call.max_dims = std::max(call.max_dims, sizes.size());
     key.words.push_back(
         static_cast<int64_t>(c10::typeMetaToScalarType(impl->dtype())) | (d.is_cpu() ? 256 : 0) |
         (impl->is_wrapped_number() ? 512 : 0) | (static_cast<int64_t>(sizes.size()) << 16));
@@ -760,7 +771,8 @@ class NativeKernel final : public c10::OperatorKernel {
   }
 
   // Pass 2: canonical inputs, their descriptors and the kernel launch.
-  void launch(c10::ArrayRef<c10::IValue> args, CallState& call) const {
+  // Returns false when the kernel declined the call (message in *declined).
+  bool launch(c10::ArrayRef<c10::IValue> args, CallState& call, std::string* declined) const {
     const uint32_t flags = spec_.flags;
     const c10::DeviceIndex device = call.device;
     const c10::ScalarType dtype = call.dtype;
@@ -973,7 +985,8 @@ class NativeKernel final : public c10::OperatorKernel {
       kernel_call.context()->rng_offset = offset;
       kernel_call.context()->rng_span = (span + 3) / 4 * 4;
     }
-    kernel_call.run(spec_.fn, s.values.data(), s.values.size(), out_ptrs.data(), out_ptrs.size());
+    return kernel_call.run(
+        spec_.fn, s.values.data(), s.values.size(), out_ptrs.data(), out_ptrs.size(), declined);
   }
 
   static TFL_Value scalar_value(const c10::IValue& v) {
