@@ -1,6 +1,7 @@
 // torch_fl._C: the Python face of the bridge. Thin: everything here converts
 // arguments and forwards to the component that owns the logic.
 #include "autocast.h"
+#include "bindings.h"
 #include "caching_allocator.h"
 #include "fallback.h"
 #include "generator.h"
@@ -339,6 +340,11 @@ c10::Stream stream_from(int64_t stream_id, int64_t device_index) {
 
 } // namespace
 
+std::vector<BindingFn>& binding_functions() {
+  static std::vector<BindingFn> functions;
+  return functions;
+}
+
 } // namespace torch_fl::bridge
 
 PYBIND11_MODULE(_C, m) {
@@ -485,4 +491,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("set_meta_cache_enabled", &set_meta_cache_enabled);
   m.def("register_custom_kernel", &register_custom_kernel_py);
+  for (BindingFn bind : binding_functions()) {
+    bind(m);
+  }
 }
