@@ -220,3 +220,14 @@ def test_malformed_torch_fl_plugins_entry_is_reported_not_fatal() -> None:
         """, env={"TORCH_FL_PLUGINS": "just_a_path_without_name"})
     assert assert_ok(proc).strip() == "flemu"
     assert "not of the form name=/path/to/lib.so" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("first", ["import torch_fl", "import torch", "import flemu"])
+def test_autoload_works_whatever_is_imported_first(first: str) -> None:
+    proc = run_python(f"""
+        {first}
+        import torch, torch_fl
+        print(torch_fl.get_plugin().name, torch.ones(2, device="flemu").sum().item())
+        """)
+    assert assert_ok(proc).split() == ["flemu", "2.0"], proc.stdout
+    assert "autoloading a device plugin failed" not in proc.stderr, proc.stderr

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import os
 
+# torch first: its import runs plugin autoload, which loads the modules below;
+# importing them before torch would hand autoload half-initialized modules.
+import torch  # noqa: F401
+
 from torch_fl._discovery import PluginSpec, discover_plugins
 from torch_fl._registration import PluginHandle, get_plugin, register_device_plugin
 from torch_fl.device_module import DeviceProperties
@@ -56,6 +60,7 @@ __all__ = [
     "discover_plugins",
     "fallback_mode",
     "get_fallback_mode",
+    "cmake_prefix_path",
     "get_include",
     "get_plugin",
     "native_kernels",
@@ -74,6 +79,12 @@ def get_include() -> str:
     if os.path.isdir(installed):
         return installed
     return os.path.normpath(os.path.join(here, "..", "..", "include"))
+
+
+def cmake_prefix_path() -> str:
+    """A CMAKE_PREFIX_PATH entry under which find_package(TorchFL) finds the ABI
+    (target torch_fl::abi)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "share", "cmake")
 
 
 def abi_version() -> tuple[int, int]:
