@@ -10,7 +10,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-__all__ = ["decompose", "has_decomposition", "install"]
+__all__ = ["DEVICE_ONLY", "decompose", "has_decomposition", "install"]
 
 _device_type = ""
 _table: dict[str, Callable[..., Any]] | None = None
@@ -46,8 +46,85 @@ def _decompositions() -> dict[str, Callable[..., Any]]:
     return _table
 
 
+# Operators PyTorch sends every non-CPU device to but implements only for
+# CUDA: there is no CPU kernel to fall back to, so the bridge decomposes them
+# itself, whatever runs the parts. Layouts follow ATen's CUDA kernels so a
+# plugin may implement either half natively.
+def _lstm_cell(input_gates: torch.Tensor, hidden_gates: torch.Tensor, cx: torch.Tensor,
+               input_bias: torch.Tensor | None = None,
+               hidden_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    gates = input_gates + hidden_gates
+    if input_bias is not None:
+        gates = gates + input_bias
+    if hidden_bias is not None:
+        gates = gates + hidden_bias
+    i, f, g, o = gates.chunk(4, dim=1)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    cy = f * cx + i * g
+    hy = o * cy.tanh()
+    return hy, cy, torch.cat([i, f, g, o], dim=1)
+
+
+def _lstm_cell_backward(grad_hy: torch.Tensor | None, grad_cy: torch.Tensor | None,
+                        cx: torch.Tensor, cy: torch.Tensor, workspace: torch.Tensor,
+                        has_bias: bool) -> tuple[torch.Tensor | None, ...]:
+    i, f, g, o = workspace.chunk(4, dim=1)
+    tanh_cy = cy.tanh()
+    gcy = torch.zeros_like(cy) if grad_cy is None else grad_cy
+    if grad_hy is not None:
+        gcy = gcy + grad_hy * o * (1 - tanh_cy * tanh_cy)
+        go = grad_hy * tanh_cy * o * (1 - o)
+    else:
+        go = torch.zeros_like(o)
+    gi = gcy * g * i * (1 - i)
+    gf = gcy * cx * f * (1 - f)
+    gg = gcy * i * (1 - g * g)
+    grad_gates = torch.cat([gi, gf, gg, go], dim=1)
+    grad_bias = grad_gates.sum(0) if has_bias else None
+    return grad_gates, gcy * f, grad_bias
+
+
+def _gru_cell(input_gates: torch.Tensor, hidden_gates: torch.Tensor, hx: torch.Tensor,
+              input_bias: torch.Tensor | None = None,
+              hidden_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    if input_bias is not None:
+        input_gates = input_gates + input_bias
+    if hidden_bias is not None:
+        hidden_gates = hidden_gates + hidden_bias
+    ir, iz, in_ = input_gates.chunk(3, dim=1)
+    hr, hz, hn = hidden_gates.chunk(3, dim=1)
+    r = (ir + hr).sigmoid()
+    z = (iz + hz).sigmoid()
+    n = (in_ + r * hn).tanh()
+    hy = n + z * (hx - n)
+    return hy, torch.cat([r, z, n, hx, hn], dim=1)
+
+
+def _gru_cell_backward(grad_hy: torch.Tensor, workspace: torch.Tensor,
+                       has_bias: bool) -> tuple[torch.Tensor | None, ...]:
+    r, z, n, hx, hn = workspace.chunk(5, dim=1)
+    grad_hx = grad_hy * z
+    gz = grad_hy * (hx - n) * z * (1 - z)
+    gn = grad_hy * (1 - z) * (1 - n * n)
+    gr = gn * hn * r * (1 - r)
+    grad_input_gates = torch.cat([gr, gz, gn], dim=1)
+    grad_hidden_gates = torch.cat([gr, gz, gn * r], dim=1)
+    if has_bias:
+        return (grad_input_gates, grad_hidden_gates, grad_hx,
+                grad_input_gates.sum(0), grad_hidden_gates.sum(0))
+    return grad_input_gates, grad_hidden_gates, grad_hx, None, None
+
+
+DEVICE_ONLY: dict[str, Callable[..., Any]] = {
+    "aten::_thnn_fused_lstm_cell": _lstm_cell,
+    "aten::_thnn_fused_lstm_cell_backward_impl": _lstm_cell_backward,
+    "aten::_thnn_fused_gru_cell": _gru_cell,
+    "aten::_thnn_fused_gru_cell_backward": _gru_cell_backward,
+}
+
+
 def has_decomposition(op_name: str) -> bool:
-    return op_name in _decompositions()
+    return op_name in DEVICE_ONLY or op_name in _decompositions()
 
 
 def _runs_natively(name: str, dtype: torch.dtype | None) -> bool:
@@ -96,6 +173,9 @@ def _parts(fn: Callable[..., Any], args: tuple, kwargs: dict) -> list[tuple[str,
 
 def decompose(op_name: str, args: tuple, kwargs: dict, dtype: str) -> tuple[bool, Any]:
     """Runs the decomposition of `op_name` if it is fully native; (handled, result)."""
+    device_only = DEVICE_ONLY.get(op_name)
+    if device_only is not None:
+        return True, device_only(*args, **kwargs)
     fn = _decompositions().get(op_name)
     if fn is None:
         return False, None

@@ -234,17 +234,24 @@ bool call_decomposer(const c10::OperatorHandle& op, torch::jit::Stack* stack, c1
     return false;
   }
   py::object value = result[1];
+  // None for a Tensor return is an undefined tensor (e.g. a gradient not asked for).
+  auto convert = [](py::handle obj, const c10::TypePtr& type) -> c10::IValue {
+    if (obj.is_none() && type->kind() == c10::TypeKind::TensorType) {
+      return at::Tensor();
+    }
+    return torch::jit::toIValue(obj, type);
+  };
   std::vector<c10::IValue> returns;
   const auto& rets = schema.returns();
   if (rets.size() == 1) {
-    returns.push_back(torch::jit::toIValue(value, rets[0].real_type()));
+    returns.push_back(convert(value, rets[0].real_type()));
   } else if (!rets.empty()) {
     py::tuple tuple = value.cast<py::tuple>();
     TORCH_CHECK(
         tuple.size() == rets.size(), "decomposition of ", schema.name(), " returned ",
         tuple.size(), " values, expected ", rets.size());
     for (size_t i = 0; i < rets.size(); ++i) {
-      returns.push_back(torch::jit::toIValue(tuple[i], rets[i].real_type()));
+      returns.push_back(convert(tuple[i], rets[i].real_type()));
     }
   }
   torch::jit::drop(*stack, nargs);
