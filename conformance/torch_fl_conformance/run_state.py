@@ -1,0 +1,342 @@
+"""State of one conformance session inside pytest: the plugin under test, the
+options, expectations, and the results as they come in. Registered as a pytest
+plugin only when the suite is active."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from torch_fl_conformance import outcomes
+from torch_fl_conformance.expectations import Expectations
+from torch_fl_conformance.pytest_plugin import (
+    is_suite_item,
+    per_test_seed,
+    test_id,
+    write_json_line,
+)
+from torch_fl_conformance.requirements import LEVELS, load_requirements
+from torch_fl_conformance.target import Target, host_info, load_target
+
+
+@dataclass
+class TestMeta:
+    id: str
+    requirement: str
+    strength: str
+    level: str
+    area: str
+    capability: str
+    expectation: dict[str, str] | None = None
+
+
+@dataclass
+class RunState:
+    config: pytest.Config
+    target: Target
+    seed: int
+    timeout: float
+    level: str
+    samples: int
+    ops: list[str] | None
+    models: list[str] | None
+    certify: bool
+    expectations: Expectations
+    report_dir: str | None
+    worker_fds: tuple[int, int] | None
+    meta: dict[str, TestMeta] = field(default_factory=dict)
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+    deselected: int = 0
+
+    # -- construction ------------------------------------------------------
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> RunState:
+        from torch_fl_conformance.expectations import ExpectationError
+        from torch_fl_conformance.target import NoPluginChosen
+
+        worker = config.getoption("--torchfl-worker")
+        plugin = config.getoption("--torchfl-plugin")
+        try:
+            target = load_target(plugin)
+        except NoPluginChosen as exc:
+            raise pytest.UsageError(str(exc)) from None
+        import torch_fl
+
+        # The sweeps classify fallbacks through op_stats; warnings would only be noise.
+        torch_fl.set_fallback_mode("silent")
+        path = config.getoption("--torchfl-expectations")
+        try:
+            exp = Expectations.load(path) if path else Expectations()
+        except ExpectationError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+        def names(opt: str) -> list[str] | None:
+            raw = config.getoption(opt)
+            return [n.strip() for n in raw.split(",") if n.strip()] if raw else None
+
+        fds = None
+        if worker:
+            r, w = worker.split(",")
+            fds = (int(r), int(w))
+        return cls(
+            config=config,
+            target=target,
+            seed=config.getoption("--torchfl-seed"),
+            timeout=config.getoption("--torchfl-timeout"),
+            level=config.getoption("--torchfl-level"),
+            samples=max(1, config.getoption("--torchfl-samples")),
+            ops=names("--torchfl-ops"),
+            models=names("--torchfl-models"),
+            certify=config.getoption("--torchfl-certify"),
+            expectations=exp,
+            report_dir=config.getoption("--torchfl-report"),
+            worker_fds=fds,
+        )
+
+    def options(self) -> dict[str, Any]:
+        return {
+            "level": self.level,
+            "seed": self.seed,
+            "timeout_s": self.timeout,
+            "samples": self.samples,
+            "ops": self.ops,
+            "models": self.models,
+            "certify": self.certify,
+            "expectations": self.expectations.source or None,
+        }
+
+    # -- collection --------------------------------------------------------
+    def modify_items(self, items: list[pytest.Item]) -> None:
+        reqs = load_requirements()
+        problems = []
+        for item in items:
+            if not is_suite_item(item):
+                continue
+            tid = test_id(item)
+            marks = list(item.iter_markers("requirement"))
+            if len(marks) != 1 or len(marks[0].args) != 1:
+                problems.append(f"{tid}: needs exactly one @pytest.mark.requirement('TFL-...')")
+                continue
+            rid = marks[0].args[0]
+            if rid not in reqs:
+                problems.append(f"{tid}: requirement {rid!r} is not in requirements.toml")
+                continue
+            r = reqs[rid]
+            if r.retired:
+                problems.append(f"{tid}: requirement {rid} is retired")
+                continue
+            cap = r.capability
+            cap_mark = item.get_closest_marker("capability")
+            if cap_mark is not None:
+                cap = cap_mark.args[0]
+            area = item.path.stem.removeprefix("test_")
+            self.meta[tid] = TestMeta(tid, rid, r.strength, r.level, area, cap)
+        if problems:
+            raise pytest.UsageError(
+                "conformance suite error (a bug in the suite, not in the plugin):\n  "
+                + "\n  ".join(problems)
+            )
+        max_level = LEVELS.index(self.level)
+        keep, drop = [], []
+        refused = []
+        for item in items:
+            if not is_suite_item(item):
+                keep.append(item)
+                continue
+            m = self.meta[test_id(item)]
+            exp = self.expectations.match(m.id)  # against every test, so staleness is exact
+            if LEVELS.index(m.level) > max_level:
+                drop.append(item)
+                continue
+            keep.append(item)
+            if exp is not None:
+                m.expectation = {"kind": exp.kind, "id": exp.id, "reason": exp.reason}
+                if self.certify and m.strength == "MUST":
+                    refused.append(f"{m.id} ({m.requirement} MUST): {exp.kind} '{exp.id}'")
+                if exp.kind == "skip":
+                    item.add_marker(pytest.mark.skip(reason=f"expectation file: {exp.reason}"))
+                else:
+                    item.add_marker(pytest.mark.xfail(reason=exp.reason, strict=False))
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(self.timeout, method="signal"))
+        if refused:
+            raise pytest.UsageError(
+                "--certify refuses expected failures or skips of MUST requirements; a "
+                "certification must show them failing. Remove these entries or run without "
+                "--certify:\n  " + "\n  ".join(refused[:50])
+                + (f"\n  ... and {len(refused) - 50} more" if len(refused) > 50 else "")
+            )
+        if drop:
+            self.deselected = len(drop)
+            self.config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+        self.order = [test_id(i) for i in items if is_suite_item(i)]
+
+    def stale_expectations(self) -> list[dict[str, str]]:
+        return [{"kind": e.kind, "id": e.id, "reason": e.reason} for e in self.expectations.stale()]
+
+    # -- hooks -------------------------------------------------------------
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        t = self.target
+        return [
+            f"torchfl-conformance: {t.plugin_name} {t.version} by {t.vendor} as '{t.device_type}'"
+            f" (ABI {t.abi}, {t.device_count} device(s)), level <= {self.level}, seed {self.seed}",
+            f"  capabilities: {', '.join(t.capabilities) or 'none'}",
+            f"  library: {t.library} sha256 {t.library_sha256[:16]}...",
+        ]
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if not is_suite_item(item):
+            return
+        m = self.meta[test_id(item)]
+        if m.capability and not self.target.has(m.capability):
+            pytest.skip(f"{m.capability} not advertised by {self.target.plugin_name}")
+        import torch
+
+        torch.manual_seed(per_test_seed(self.seed, m.id))
+
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple) -> None:
+        tid = self._tid_of(nodeid)
+        if tid is None:
+            return
+        self.results[tid] = {"id": tid, "outcome": outcomes.PASS, "duration_s": 0.0,
+                             "message": "", "detail": "", "data": {}}
+        self._emit({"event": "start", "id": tid, "t": time.time()})
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        tid = self._tid_of(report.nodeid)
+        if tid is None or tid not in self.results:
+            return
+        res = self.results[tid]
+        res["duration_s"] += report.duration
+        wasxfail = hasattr(report, "wasxfail")
+        message, detail = _messages(report)
+        phase = outcomes.classify_report(report.when, report.outcome, wasxfail, detail or message)
+        if report.when == "setup" and report.passed:
+            return
+        if report.when == "teardown":
+            if not report.failed or res["outcome"] not in (outcomes.PASS, outcomes.XPASS,
+                                                           outcomes.SKIP):
+                return
+            phase = outcomes.TIMEOUT if phase == outcomes.TIMEOUT else outcomes.ERROR
+            message = f"teardown failed: {message}"
+        res["outcome"] = phase
+        res["message"], res["detail"] = message, detail
+        if wasxfail and not res["message"]:
+            res["message"] = f"expected failure: {report.wasxfail}"
+        for key, value in report.user_properties:
+            if key.startswith("torchfl."):
+                res["data"][key[len("torchfl."):]] = value
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: tuple) -> None:
+        tid = self._tid_of(nodeid)
+        if tid is None or tid not in self.results:
+            return
+        self._emit({"event": "result", **self.results[tid]})
+
+    def _tid_of(self, nodeid: str) -> str | None:
+        item = self._items.get(nodeid) if hasattr(self, "_items") else None
+        if item is None:
+            return None
+        return test_id(item)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self._items = {i.nodeid: i for i in session.items if is_suite_item(i)}
+
+    def _emit(self, payload: dict[str, Any]) -> None:
+        if self.worker_fds is not None:
+            write_json_line(self.worker_fds[1], payload)
+
+    # -- worker mode -------------------------------------------------------
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
+        if self.worker_fds is None:
+            return None
+        items = [i for i in session.items if is_suite_item(i)]
+        ids = [test_id(i) for i in items]
+        self._emit({
+            "event": "collected",
+            "ids": ids,
+            "sha": hashlib.sha256("\n".join(ids).encode()).hexdigest(),
+            "meta": {t: vars(self.meta[t]) for t in ids},
+            "deselected": self.deselected,
+            "stale": self.stale_expectations(),
+            "target": self.target.header(),
+            "host": host_info(),
+            "options": self.options(),
+            "pid": os.getpid(),
+        })
+        commands = os.fdopen(self.worker_fds[0], "r", encoding="utf-8")
+        for line in commands:
+            cmd = json.loads(line)
+            if cmd["cmd"] == "quit":
+                break
+            start, stop = cmd["range"]
+            for k in range(start, stop):
+                nxt = items[k + 1] if k + 1 < stop else None
+                items[k].config.hook.pytest_runtest_protocol(item=items[k], nextitem=nxt)
+            self._emit({"event": "chunk_done", "range": [start, stop],
+                        "op_stats": _op_stats_rows()})
+        return True
+
+    # -- plain pytest mode -------------------------------------------------
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.worker_fds is not None or not self.report_dir or not self.results:
+            return
+        from torch_fl_conformance.report.build import build_report
+        from torch_fl_conformance.report.write import write_all
+
+        tests = []
+        for tid in self.order:
+            meta = vars(self.meta[tid])
+            res = self.results.get(tid) or {"outcome": outcomes.NOT_RUN, "duration_s": 0.0,
+                                            "message": "not run", "detail": "", "data": {}}
+            tests.append({**meta, **res, "id": tid})
+        report = build_report(
+            target=self.target.header(), host=host_info(), options=self.options(),
+            tests=tests, op_stats=_op_stats_rows(), stale=self.stale_expectations(),
+            started=self.started, finished=time.time(), deselected=self.deselected,
+            workers=1, restarts=0,
+        )
+        paths = write_all(report, self.report_dir)
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write_line(f"torchfl-conformance: level {report['level']['achieved']}; "
+                          f"report in {paths['html']}")
+
+
+def _messages(report: pytest.TestReport) -> tuple[str, str]:
+    """(one-line summary, longer detail) of a phase report."""
+    if report.passed:
+        return "", ""
+    longrepr = report.longrepr
+    if report.skipped and isinstance(longrepr, tuple) and len(longrepr) == 3:
+        reason = str(longrepr[2]).removeprefix("Skipped: ")
+        return reason, ""
+    crash = getattr(longrepr, "reprcrash", None)
+    summary = crash.message if crash is not None else str(longrepr).strip().splitlines()[-1:]
+    if isinstance(summary, list):
+        summary = summary[0] if summary else ""
+    text = report.longreprtext or ""
+    return str(summary)[:500], text[-4000:]
+
+
+def _op_stats_rows() -> list[dict[str, Any]]:
+    import torch_fl
+
+    return [
+        {"op": r.op, "dtype": r.dtype, "native": r.native, "decomposed": r.decomposed,
+         "cpu_fallback": r.cpu_fallback, "failed": r.failed, "time_ns": r.time_ns,
+         "bytes_copied": r.bytes_copied}
+        for r in torch_fl.op_stats()
+    ]

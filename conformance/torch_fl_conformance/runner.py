@@ -1,0 +1,369 @@
+"""Runs the suite in isolated worker processes and assembles the results.
+
+Why our own workers rather than pytest-xdist: a certification must attribute a
+process death to exactly the test that caused it, resume right after it, and cut
+off a test that hangs inside the plugin (where no Python signal handler can run,
+so the kill must come from outside). Each worker is a pytest process that loads
+the plugin once, collects the suite, reports every test start and result through
+a pipe, and runs the contiguous index ranges the runner hands it; neighbouring
+tests share evaluations (the three checks of one op and dtype), and dynamic
+chunks keep -j N workers busy until the end. When a worker dies, the test it had
+started is CRASH (with the signal and the tail of its stderr), a fresh worker
+takes over the rest of the chunk, and the run goes on. A test still running
+`timeout + grace` seconds after it started is TIMEOUT and its worker is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from torch_fl_conformance import outcomes
+from torch_fl_conformance.pytest_plugin import DEFAULT_SEED, DEFAULT_TIMEOUT, SUITE_DIR
+
+GRACE_S = 20.0  # beyond the per-test limit before the runner kills the worker
+MAX_RESTARTS = 200
+
+
+class RunError(Exception):
+    """The run could not start; the message says why and what to do."""
+
+
+@dataclass
+class RunConfig:
+    plugin: str
+    level: str = "L3"
+    report_dir: str = "conformance-report"
+    expectations: str | None = None
+    certify: bool = False
+    jobs: int = 1
+    seed: int = DEFAULT_SEED
+    timeout: float = DEFAULT_TIMEOUT
+    ops: str | None = None
+    models: str | None = None
+    samples: int = 3
+    pytest_args: list[str] = field(default_factory=list)
+    progress: IO[str] = sys.stdout
+
+    def worker_args(self) -> list[str]:
+        args = [
+            "--torchfl-plugin", self.plugin, "--torchfl-level", self.level,
+            "--torchfl-seed", str(self.seed), "--torchfl-timeout", str(self.timeout),
+            "--torchfl-samples", str(self.samples),
+        ]
+        if self.expectations:
+            args += ["--torchfl-expectations", os.path.abspath(self.expectations)]
+        if self.certify:
+            args.append("--torchfl-certify")
+        if self.ops:
+            args += ["--torchfl-ops", self.ops]
+        if self.models:
+            args += ["--torchfl-models", self.models]
+        return args + list(self.pytest_args)
+
+
+class Worker:
+    def __init__(self, cfg: RunConfig, number: int, log_dir: Path) -> None:
+        self.number = number
+        cmd_r, cmd_w = os.pipe()
+        ev_r, ev_w = os.pipe()
+        env = dict(os.environ)
+        env["TORCH_FL_AUTOLOAD"] = "0"  # the worker registers the plugin it was asked for
+        env["PYTHONFAULTHANDLER"] = "1"  # a crash leaves the Python stack in the log
+        env.setdefault("TORCH_FL_FALLBACK", "silent")
+        self.log_path = log_dir / f"worker-{number}.log"
+        self.log = open(self.log_path, "ab")
+        cmd = [
+            sys.executable, "-m", "pytest", str(SUITE_DIR),
+            "-c", str(SUITE_DIR / "pytest.ini"), "--rootdir", str(SUITE_DIR),
+            "-p", "no:cacheprovider", "-q", "--no-header",
+            "--torchfl-worker", f"{cmd_r},{ev_w}",
+            *cfg.worker_args(),
+        ]
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, pass_fds=(cmd_r, ev_w), env=env)
+        os.close(cmd_r)
+        os.close(ev_w)
+        self.commands = os.fdopen(cmd_w, "w", encoding="utf-8", buffering=1)
+        self.events = ev_r
+        self.buffer = b""
+        self.collected: dict[str, Any] | None = None
+        self.chunk: tuple[int, int] | None = None
+        self.current: tuple[str, float] | None = None
+        self.done_in_chunk: set[int] = set()
+        self.op_stats: list[dict[str, Any]] = []
+        self.alive = True
+
+    def send(self, payload: dict[str, Any]) -> None:
+        try:
+            self.commands.write(json.dumps(payload) + "\n")
+        except (BrokenPipeError, ValueError):
+            pass
+
+    def read_events(self) -> list[dict[str, Any]]:
+        try:
+            data = os.read(self.events, 1 << 20)
+        except OSError:
+            data = b""
+        if not data:
+            self.alive = False
+            return []
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def log_tail(self, lines: int = 25) -> str:
+        try:
+            self.log.flush()
+            text = self.log_path.read_bytes()[-16000:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def close(self) -> None:
+        for f in (self.commands,):
+            try:
+                f.close()
+            except OSError:
+                pass
+        try:
+            os.close(self.events)
+        except OSError:
+            pass
+        self.log.close()
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "was killed"
+    if code < 0:
+        try:
+            return f"died of signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"died of signal {-code}"
+    return f"exited with status {code}"
+
+
+class Progress:
+    def __init__(self, out: IO[str], total: int) -> None:
+        self.out, self.total = out, total
+        self.counts: dict[str, int] = {}
+        self.done = 0
+        self.t0 = time.time()
+        self.last = 0.0
+        self.tty = hasattr(out, "isatty") and out.isatty()
+
+    def result(self, res: dict[str, Any]) -> None:
+        self.done += 1
+        o = res["outcome"]
+        self.counts[o] = self.counts.get(o, 0) + 1
+        if o in (outcomes.FAIL, outcomes.ERROR, outcomes.CRASH, outcomes.TIMEOUT):
+            self._clear()
+            msg = (res.get("message") or "").splitlines()[0][:160] if res.get("message") else ""
+            print(f"{o:<8} {res['id']}  {msg}", file=self.out, flush=True)
+        self.tick()
+
+    def tick(self, force: bool = False) -> None:
+        now = time.time()
+        if not force and now - self.last < (0.5 if self.tty else 15.0):
+            return
+        self.last = now
+        pct = 100.0 * self.done / max(1, self.total)
+        el = int(now - self.t0)
+        counts = " ".join(f"{k.lower()} {v}" for k, v in sorted(self.counts.items()))
+        line = f"[{self.done:>6}/{self.total} {pct:5.1f}%] {el // 60:02d}:{el % 60:02d} {counts}"
+        if self.tty:
+            self.out.write("\r" + line[:160].ljust(100))
+            self.out.flush()
+        else:
+            print(line, file=self.out, flush=True)
+
+    def _clear(self) -> None:
+        if self.tty:
+            self.out.write("\r" + " " * 100 + "\r")
+
+    def finish(self) -> None:
+        self.tick(force=True)
+        if self.tty:
+            self.out.write("\n")
+
+
+def run(cfg: RunConfig) -> dict[str, Any]:
+    """Runs the suite; returns the report dictionary (also written to cfg.report_dir)."""
+    report_dir = Path(cfg.report_dir)
+    log_dir = report_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    for old in log_dir.glob("worker-*.log"):
+        old.unlink()
+    started = time.time()
+    jobs = max(1, cfg.jobs)
+    sel = selectors.DefaultSelector()
+    workers: list[Worker] = []
+    next_number = [0]
+
+    def spawn() -> Worker:
+        w = Worker(cfg, next_number[0], log_dir)
+        next_number[0] += 1
+        sel.register(w.events, selectors.EVENT_READ, w)
+        workers.append(w)
+        return w
+
+    first = spawn()
+    collected = _wait_collected(first, sel)
+    ids: list[str] = collected["ids"]
+    meta: dict[str, dict[str, Any]] = collected["meta"]
+    print(_header_line(collected), file=cfg.progress, flush=True)
+    if collected["stale"]:
+        for e in collected["stale"]:
+            print(f"warning: stale expectation ({e['kind']}) matches no test: {e['id']}",
+                  file=cfg.progress, flush=True)
+    for _ in range(min(jobs, max(1, len(ids))) - 1):
+        spawn()
+
+    results: dict[str, dict[str, Any]] = {}
+    pending: deque[tuple[int, int]] = deque()
+    chunk = max(1, min(64, len(ids) // (jobs * 8) or 1))
+    for start in range(0, len(ids), chunk):
+        pending.append((start, min(len(ids), start + chunk)))
+    progress = Progress(cfg.progress, len(ids))
+    restarts = 0
+    op_stats_done: list[list[dict[str, Any]]] = []
+    hard_limit = cfg.timeout + GRACE_S
+
+    def finish_worker(w: Worker, outcome: str | None, why: str) -> None:
+        """A worker is gone: charge the running test, requeue the rest of its chunk."""
+        nonlocal restarts
+        sel.unregister(w.events)
+        workers.remove(w)
+        if w.op_stats:
+            op_stats_done.append(w.op_stats)
+        if w.chunk is not None:
+            start, stop = w.chunk
+            if w.current is not None and outcome is not None:
+                tid, t0 = w.current
+                results[tid] = {
+                    "id": tid, "outcome": outcome, "duration_s": round(time.time() - t0, 3),
+                    "message": why, "detail": w.log_tail(), "data": {},
+                }
+                progress.result(results[tid])
+            rest = [k for k in range(start, stop) if ids[k] not in results]
+            if rest:
+                pending.appendleft((rest[0], stop))
+        w.close()
+        if pending and restarts < MAX_RESTARTS:
+            restarts += 1
+            spawn()
+
+    while workers:
+        for w in list(workers):
+            if w.chunk is None and w.collected is not None and w.alive:
+                if pending:
+                    w.chunk = pending.popleft()
+                    w.done_in_chunk = set()
+                    w.send({"cmd": "run", "range": list(w.chunk)})
+                else:
+                    w.send({"cmd": "quit"})
+                    w.chunk = (-1, -1)  # quitting
+        for key, _ in sel.select(timeout=0.5):
+            w = key.data
+            for ev in w.read_events():
+                kind = ev["event"]
+                if kind == "collected":
+                    if ev["sha"] != collected["sha"]:
+                        raise RunError(
+                            "workers collected different test lists; the suite's collection "
+                            "must be deterministic (check --torchfl-ops/--torchfl-models)"
+                        )
+                    w.collected = ev
+                elif kind == "start":
+                    w.current = (ev["id"], ev["t"])
+                elif kind == "result":
+                    ev.pop("event")
+                    results[ev["id"]] = ev
+                    w.current = None
+                    progress.result(ev)
+                elif kind == "chunk_done":
+                    w.chunk = None
+                    w.op_stats = ev["op_stats"]
+            if not w.alive:
+                code = w.proc.wait()
+                if w.chunk == (-1, -1):
+                    if w.op_stats:
+                        op_stats_done.append(w.op_stats)
+                    sel.unregister(w.events)
+                    workers.remove(w)
+                    w.close()
+                    continue
+                why = f"the worker process {_describe_exit(code)} during this test"
+                finish_worker(w, outcomes.CRASH, why)
+        now = time.time()
+        for w in list(workers):
+            if w.current is not None and now - w.current[1] > hard_limit:
+                w.proc.kill()
+                w.proc.wait()
+                why = (f"still running {hard_limit:.0f} s after it started (time limit "
+                       f"{cfg.timeout:g} s, and it did not respond to the soft timeout); "
+                       "the worker was killed")
+                finish_worker(w, outcomes.TIMEOUT, why)
+        progress.tick()
+    progress.finish()
+
+    tests = []
+    for tid in ids:
+        res = results.get(tid) or {"id": tid, "outcome": outcomes.NOT_RUN, "duration_s": 0.0,
+                                   "message": "never started: the run stopped before it",
+                                   "detail": "", "data": {}}
+        tests.append({**meta[tid], **res, "id": tid})
+    from torch_fl_conformance.report.build import build_report, merge_op_stats
+    from torch_fl_conformance.report.write import write_all
+
+    report = build_report(
+        target=collected["target"], host=collected["host"], options=collected["options"],
+        tests=tests, op_stats=merge_op_stats(op_stats_done), stale=collected["stale"],
+        started=started, finished=time.time(), deselected=collected["deselected"],
+        workers=jobs, restarts=restarts,
+    )
+    report["files"] = write_all(report, str(report_dir))
+    return report
+
+
+def _header_line(c: dict[str, Any]) -> str:
+    t, h, o = c["target"], c["host"], c["options"]
+    return (
+        f"torchfl-conformance {h['suite']}: {t['plugin_name']} {t['version']} by {t['vendor']} "
+        f"as '{t['device_type']}' (ABI {t['abi']}, {t['device_count']} device(s), capabilities: "
+        f"{', '.join(t['capabilities']) or 'none'}); torch {h['torch']}, torch-fl "
+        f"{h['torch_fl']}; level <= {o['level']}, seed {o['seed']}, "
+        f"{len(c['ids'])} tests"
+    )
+
+
+def _wait_collected(w: Worker, sel: selectors.BaseSelector) -> dict[str, Any]:
+    while True:
+        for key, _ in sel.select(timeout=1.0):
+            for ev in key.data.read_events():
+                if ev["event"] == "collected":
+                    w.collected = ev
+                    return ev
+        if not w.alive or w.proc.poll() is not None:
+            w.proc.wait()
+            tail = w.log_tail(40)
+            raise RunError(_explain_startup_failure(tail))
+
+
+def _explain_startup_failure(tail: str) -> str:
+    lines = [ln for ln in tail.splitlines() if ln.strip()]
+    usage = [ln.removeprefix("ERROR: ") for ln in lines if ln.startswith("ERROR: ")]
+    if usage:
+        i = lines.index(next(ln for ln in lines if ln.startswith("ERROR: ")))
+        return "\n".join([usage[0], *lines[i + 1:]])
+    return "the suite could not start:\n" + "\n".join(lines[-40:])

@@ -1,0 +1,148 @@
+"""Tolerances of device results against the CPU (tolerances.toml) and the comparison."""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+__all__ = ["Bound", "Mismatch", "compare", "tolerance"]
+
+
+@dataclass(frozen=True)
+class Bound:
+    atol: float
+    rtol: float
+    reason: str = ""
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict[str, Any]:
+    text = resources.files("torch_fl_conformance").joinpath("tolerances.toml").read_text("utf-8")
+    data = tomllib.loads(text)
+    for o in data.get("override", []):
+        if not o.get("reason", "").strip():
+            raise ValueError(f"tolerances.toml: override for {o.get('op')} has no reason")
+    return data
+
+
+def tolerance(dtype: str, kind: str, op: str | None = None) -> Bound | None:
+    """The bound for `kind` ("output" or "grad") results of `dtype`; None means exact."""
+    data = _table()
+    if op is not None:
+        for o in data.get("override", []):
+            if o["op"] == op and o["dtype"] in (dtype, "*") and kind in o:
+                return Bound(float(o[kind]["atol"]), float(o[kind]["rtol"]), o["reason"])
+    entry = data["dtype"].get(dtype)
+    if entry is None:
+        return None
+    return Bound(float(entry[kind]["atol"]), float(entry[kind]["rtol"]))
+
+
+@dataclass
+class Mismatch:
+    where: str
+    message: str
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+
+
+def _flatten(value: Any, where: str, out: list[tuple[str, Any]]) -> None:
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _flatten(v, f"{where}[{i}]", out)
+    elif isinstance(value, dict):
+        for k in sorted(value, key=str):
+            _flatten(value[k], f"{where}[{k!r}]", out)
+    else:
+        out.append((where, value))
+
+
+def compare(actual: Any, expected: Any, kind: str, op: str | None,
+            shape_only: bool = False) -> tuple[list[Mismatch], float, float]:
+    """Compares a device result (already on the CPU) with the CPU result.
+
+    Returns the mismatches and the largest absolute and relative errors seen.
+    shape_only compares structure, dtypes and shapes (random operators).
+    """
+    import torch
+
+    a_items: list[tuple[str, Any]] = []
+    e_items: list[tuple[str, Any]] = []
+    _flatten(actual, "out", a_items)
+    _flatten(expected, "out", e_items)
+    if len(a_items) != len(e_items):
+        return [Mismatch("out", f"{len(a_items)} values, CPU gives {len(e_items)}")], 0.0, 0.0
+    bad: list[Mismatch] = []
+    worst_abs = worst_rel = 0.0
+    for (where, a), (_, e) in zip(a_items, e_items):
+        if isinstance(e, torch.Tensor):
+            if not isinstance(a, torch.Tensor):
+                bad.append(Mismatch(where, f"got {type(a).__name__}, CPU gives a tensor"))
+                continue
+            if a.dtype != e.dtype or a.shape != e.shape:
+                bad.append(Mismatch(where, f"dtype/shape {a.dtype}{tuple(a.shape)}, "
+                                           f"CPU gives {e.dtype}{tuple(e.shape)}"))
+                continue
+            if shape_only or e.numel() == 0:
+                continue
+            m, ab, rel = _compare_tensor(a, e, kind, op)
+            worst_abs, worst_rel = max(worst_abs, ab), max(worst_rel, rel)
+            if m:
+                m.where = where
+                bad.append(m)
+        elif isinstance(e, float) and isinstance(a, (float, int)):
+            if not shape_only and not (math.isclose(a, e, rel_tol=1e-5, abs_tol=1e-6)
+                                       or (math.isnan(a) and math.isnan(e))):
+                bad.append(Mismatch(where, f"{a!r}, CPU gives {e!r}"))
+        elif isinstance(e, (int, bool, str, type(None), torch.dtype, torch.Size)):
+            if not shape_only and a != e:
+                bad.append(Mismatch(where, f"{a!r}, CPU gives {e!r}"))
+    return bad, worst_abs, worst_rel
+
+
+def _compare_tensor(a: Any, e: Any, kind: str, op: str | None) -> tuple[Mismatch | None, float,
+                                                                            float]:
+    import torch
+
+    if e.is_complex():
+        a, e = torch.view_as_real(a.resolve_conj()), torch.view_as_real(e.resolve_conj())
+    if e.layout != torch.strided:
+        a, e = a.to_dense(), e.to_dense()
+    if not (e.is_floating_point()):
+        equal = torch.equal(a, e)
+        return (None if equal else Mismatch("", f"{(a != e).sum().item()} of {e.numel()} "
+                                                f"elements differ (exact dtype {e.dtype})"),
+                0.0, 0.0)
+    bound = tolerance(str(e.dtype).removeprefix("torch."), kind, op)
+    a64, e64 = a.double(), e.double()
+    a_nan, e_nan = torch.isnan(a64), torch.isnan(e64)
+    if not torch.equal(a_nan, e_nan):
+        return Mismatch("", f"NaN in {a_nan.sum().item()} places, CPU in "
+                            f"{e_nan.sum().item()}"), math.inf, math.inf
+    finite = torch.isfinite(e64) & ~e_nan
+    inf_e = torch.isinf(e64)
+    if not torch.equal(a64[inf_e], e64[inf_e]):
+        return Mismatch("", "infinities differ from the CPU"), math.inf, math.inf
+    diff = (a64 - e64).abs()[finite]
+    if diff.numel() == 0:
+        return None, 0.0, 0.0
+    if not torch.isfinite(diff).all():
+        return Mismatch("", "non-finite value where the CPU is finite"), math.inf, math.inf
+    ref = e64.abs()[finite]
+    max_abs = float(diff.max())
+    max_rel = float((diff / ref.clamp_min(1e-12)).max())
+    assert bound is not None
+    allowed = bound.atol + bound.rtol * ref
+    over = diff > allowed
+    if bool(over.any()):
+        i = int(torch.argmax((diff - allowed)).item())
+        return Mismatch(
+            "", f"{int(over.sum())} of {diff.numel()} elements outside atol={bound.atol:g} "
+                f"rtol={bound.rtol:g}; worst |device - cpu| = {float(diff[i]):.3g} at a CPU value "
+                f"of {float(e64[finite][i]):.4g}", max_abs, max_rel,
+        ), max_abs, max_rel
+    return None, max_abs, max_rel
