@@ -1,0 +1,69 @@
+"""{{ cookiecutter.vendor_name }} {{ cookiecutter.chip_name }} for PyTorch: the torch-fl plugin for the '{{ cookiecutter.device_name }}' device.
+
+This package only locates the native plugin (``lib{{ cookiecutter.device_name }}.so``) and hands
+it to torch-fl; the device itself lives in that library. It imports neither
+torch nor torch_fl at import time, so the ``torch.backends`` entry point stays
+cheap and can never break ``import torch``.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+__all__ = ["DEVICE", "library_path", "plugin_spec"]
+__version__ = "{{ cookiecutter.version }}"
+
+DEVICE = "{{ cookiecutter.device_name }}"
+_LIBRARY_NAME = "lib{{ cookiecutter.device_name }}.so"
+_LIBRARY_ENV = "{{ cookiecutter.c_prefix }}_LIBRARY"
+
+
+def library_path() -> str:
+    """Absolute path of the plugin library.
+
+    ``{{ cookiecutter.c_prefix }}_LIBRARY`` overrides the copy installed inside this package
+    (handy while iterating on a build tree).
+
+    Raises:
+        FileNotFoundError: if the library does not exist.
+    """
+    override = os.environ.get(_LIBRARY_ENV)
+    if override:
+        path = Path(override).expanduser().resolve()
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{_LIBRARY_ENV}={override!r} does not name an existing file; "
+                "unset it to use the library installed with this package"
+            )
+        return str(path)
+    path = Path(__file__).resolve().parent / _LIBRARY_NAME
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{_LIBRARY_NAME} is not installed next to {__file__}; build and install the plugin "
+            f"with 'pip install --no-build-isolation .', or point {_LIBRARY_ENV} at a built library"
+        )
+    return str(path)
+
+
+def plugin_spec() -> dict[str, object]:
+    """What the ``torch_fl.plugins`` entry point reports to torch-fl."""
+    return {"name": DEVICE, "library": library_path(), "priority": 0}
+
+
+def _autoload() -> None:
+    """The ``torch.backends`` entry point: registers the best installed plugin.
+
+    Never raises: a raising entry point would break every ``import torch``.
+    """
+    try:
+        from torch_fl._autoload import autoload
+
+        autoload()
+    except Exception as exc:  # noqa: BLE001 - any failure must become a warning
+        warnings.warn(
+            f"{DEVICE}: autoload failed: {exc}; the {DEVICE} device is not registered",
+            RuntimeWarning,
+            stacklevel=2,
+        )
