@@ -89,6 +89,22 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(fixtures, "torchfl-fixtures")
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Levels above the requested one are not even imported (L1 imports op_db)."""
+    if not _active(config):
+        return None
+    try:
+        rel = collection_path.resolve().relative_to(SUITE_DIR)
+    except ValueError:
+        return None
+    top = rel.parts[0] if rel.parts else ""
+    from torch_fl_conformance.requirements import LEVELS
+
+    if top in LEVELS and LEVELS.index(top) > LEVELS.index(config.getoption("--torchfl-level")):
+        return True
+    return None
+
+
 def is_suite_item(item: pytest.Item) -> bool:
     try:
         return SUITE_DIR in Path(item.path).resolve().parents

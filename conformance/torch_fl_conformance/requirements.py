@@ -22,7 +22,8 @@ LEVELS = ("L0", "L1", "L2", "L3")
 LEVEL_NAMES = {"L0": "smoke", "L1": "eager", "L2": "training", "L3": "scale"}
 STRENGTHS = ("MUST", "SHOULD")
 KNOWN_CAPABILITIES = (
-    "", "fp64", "fp16", "bf16", "amp", "multi_device", "peer_access", "collectives", "graph",
+    "", "fp64", "fp16", "bf16", "complex", "unified_memory", "peer_access", "host_mapping",
+    "timing_events", "async_copy", "amp", "multi_device", "collectives", "graph",
 )
 _ID = re.compile(r"TFL-([A-Z]+)-(\d{3})")
 

@@ -9,6 +9,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ import pytest
 from torch_fl_conformance import outcomes
 from torch_fl_conformance.expectations import Expectations
 from torch_fl_conformance.pytest_plugin import (
+    SUITE_DIR,
     is_suite_item,
     per_test_seed,
     test_id,
@@ -138,6 +140,11 @@ class RunState:
             if cap_mark is not None:
                 cap = cap_mark.args[0]
             area = item.path.stem.removeprefix("test_")
+            folder = Path(item.path).resolve().relative_to(SUITE_DIR).parts[0]
+            if folder != r.level:
+                problems.append(f"{tid}: lives in {folder}/ but checks {rid}, a {r.level} "
+                                "requirement")
+                continue
             self.meta[tid] = TestMeta(tid, rid, r.strength, r.level, area, cap)
         if problems:
             raise pytest.UsageError(

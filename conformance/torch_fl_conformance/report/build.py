@@ -17,7 +17,7 @@ SCHEMA = "torchfl-conformance-report"
 SCHEMA_VERSION = "1.0"
 COVERAGE_CLASSES = ("native", "decomposed", "fallback", "error", "wrong", "crash", "timeout",
                     "unsupported")
-_OPINFO_ID = re.compile(r"test_opinfo\.py::test_op\[(.+)-([a-z0-9]+)-(runs|output|grad)\]$")
+_OPINFO_ID = re.compile(r"L1/test_opinfo\.py::test_op\[(.+)-([a-z0-9]+)-(runs|output|grad)\]$")
 _EXC = re.compile(r"\b([A-Z][A-Za-z]*(?:Error|Exception|Failure))\b")
 
 

@@ -1,0 +1,44 @@
+"""Helpers for the tests of the conformance suite itself: they run
+`torchfl-conformance` as a user would, on small slices of the suite."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FLEMU_", "TORCH_FL_", "PYTEST_"))}
+    env.update(extra)
+    return env
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None,
+            timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "torch_fl_conformance.cli", *args],
+        capture_output=True, text=True, env=env or cli_env(), timeout=timeout, cwd=ROOT,
+    )
+
+
+def load_report(directory: Path) -> dict[str, Any]:
+    return json.loads((directory / "report.json").read_text(encoding="utf-8"))
+
+
+def outcomes_of(report: dict[str, Any]) -> dict[str, str]:
+    return {t["id"]: t["outcome"] for t in report["tests"]}
+
+
+@pytest.fixture(scope="session")
+def flemu_library() -> str:
+    flemu = pytest.importorskip("flemu")
+    return str(flemu.library_path())
