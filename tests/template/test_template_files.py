@@ -1,0 +1,115 @@
+"""What `cookiecutter templates/plugin` generates, before anything is built: the
+answers it accepts and refuses, the files and what they say."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+import torch_fl
+from template_project import DEFAULT_DEVICE, DEFAULT_PACKAGE, generate, run_cookiecutter
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return generate(tmp_path_factory.mktemp("generated"))
+
+
+def test_defaults_need_no_input(project: Path) -> None:
+    assert project.name == DEFAULT_PACKAGE, f"project directory {project.name}, expected {DEFAULT_PACKAGE}"
+    meta = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
+    eps = meta["project"]["entry-points"]
+    expected_backends = {DEFAULT_DEVICE: f"{DEFAULT_PACKAGE}:_autoload"}
+    expected_plugins = {DEFAULT_DEVICE: f"{DEFAULT_PACKAGE}:plugin_spec"}
+    assert eps["torch.backends"] == expected_backends, eps
+    assert eps["torch_fl.plugins"] == expected_plugins, eps
+    assert meta["build-system"]["build-backend"] == "scikit_build_core.build", meta["build-system"]
+    assert (project / DEFAULT_PACKAGE / "__init__.py").is_file()
+
+
+def test_every_answer_reaches_every_file(tmp_path: Path) -> None:
+    project = generate(tmp_path, vendor_name="Acme Devices", chip_name="Rocket 2",
+                       device_name="rocket", c_prefix="RKT", version="2.1.0")
+    assert project.name == "torch_rocket", project.name
+    leftovers = []
+    for path in sorted(p for p in project.rglob("*") if p.is_file()):
+        text = path.read_text(encoding="utf-8")
+        rel = path.relative_to(project)
+        if "cookiecutter" in text or "{{" in text or "{%" in text:
+            leftovers.append(f"{rel}: unrendered template text")
+        if re.search("nova", text, re.IGNORECASE) or "Example Silicon" in text:
+            leftovers.append(f"{rel}: still names the default chip or vendor")
+    assert not leftovers, "\n".join(leftovers)
+    source = (project / "src" / "plugin.cpp").read_text(encoding="utf-8")
+    assert '"Acme Devices"' in source and '"rocket"' in source and '"2.1.0"' in source
+    assert "RKT_DEVICE_COUNT" in (project / "src" / "config.cpp").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("answer", "value", "reason"),
+    [
+        ("device_name", "fl2000", "must match [a-z_]+"),
+        ("device_name", "Nova", "must match [a-z_]+"),
+        ("device_name", "cuda", "built-in device types"),
+        ("package_slug", "torch", "would shadow"),
+        ("package_slug", "2fast", "Python import name"),
+        ("package_slug", "class", "Python import name"),
+        ("c_prefix", "nova", "[A-Z][A-Z0-9_]*"),
+        ("c_prefix", "TORCH_FL", "taken by PyTorch or torch-fl"),
+        ("vendor_name", 'Acme "Labs"', "leave out quotes"),
+        ("chip_name", " ", "is empty"),
+        ("version", "first", "not a version"),
+    ],
+)
+def test_refused_answers_name_the_rule(tmp_path: Path, answer: str, value: str, reason: str) -> None:
+    proc = run_cookiecutter(tmp_path, **{answer: value})
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, f"{answer}={value!r} was accepted:\n{output}"
+    assert f"{answer} " in output and reason in output, (
+        f"refusing {answer}={value!r} should say '{reason}', got:\n{output}"
+    )
+    assert not any(tmp_path.iterdir()), f"a refused run left {sorted(tmp_path.iterdir())}"
+
+
+def test_refusal_suggests_a_valid_device_name(tmp_path: Path) -> None:
+    proc = run_cookiecutter(tmp_path, device_name="fl2000")
+    assert "for example 'fl'" in proc.stderr, proc.stderr
+
+
+def test_sources_compile_cleanly_with_the_installed_headers(project: Path) -> None:
+    cxx = shutil.which("g++")
+    assert cxx is not None, "g++ is needed to compile the generated plugin"
+    for source in sorted((project / "src").glob("*.cpp")):
+        cmd = [cxx, "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-DTFL_BUILDING_PLUGIN",
+               f"-I{torch_fl.get_include()}", str(source)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"{source.name} does not compile cleanly:\n{proc.stderr}"
+
+
+def test_python_files_are_valid(project: Path) -> None:
+    for path in sorted(project.rglob("*.py")):
+        compile(path.read_text(encoding="utf-8"), str(path), "exec")
+
+
+def test_build_finds_torch_fl_through_its_cmake_package(project: Path) -> None:
+    cmake = (project / "CMakeLists.txt").read_text(encoding="utf-8")
+    assert "find_package(TorchFL 1.0" in cmake and "torch_fl.cmake_prefix_path()" in cmake, cmake
+    assert "torch_fl::abi" in cmake, cmake
+    assert "sdk/include" not in cmake and "../" not in cmake, "the build must not reach into torch-fl's sources"
+
+
+def test_ci_workflow_builds_installs_and_runs_the_smoke_test(project: Path) -> None:
+    workflow = yaml.safe_load((project / ".github" / "workflows" / "ci.yml").read_text(encoding="utf-8"))
+    steps = {step.get("id"): step for step in workflow["jobs"]["smoke"]["steps"] if step.get("id")}
+    assert set(steps) >= {"build", "links", "smoke", "certify"}, sorted(steps)
+    assert "pip install --no-build-isolation ." in steps["build"]["run"], steps["build"]
+    assert "ldd" in steps["links"]["run"] and "libtorch" in steps["links"]["run"], steps["links"]
+    assert "pytest" in steps["smoke"]["run"], steps["smoke"]
+    certify = steps["certify"]["run"]
+    assert f"--plugin {DEFAULT_DEVICE}" in certify and "--level L0" in certify, certify
