@@ -87,7 +87,7 @@ class Worker:
             "-c", str(SUITE_DIR / "pytest.ini"), "--rootdir", str(SUITE_DIR),
             "-p", "no:cacheprovider", "-q", "--no-header",
             "--torchfl-worker", f"{cmd_r},{ev_w}",
-            *cfg.worker_args(),
+            *_plugin_arg(), *cfg.worker_args(),
         ]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, pass_fds=(cmd_r, ev_w), env=env)
@@ -140,6 +140,17 @@ class Worker:
         except OSError:
             pass
         self.log.close()
+
+
+def _plugin_arg() -> list[str]:
+    """`-p` for our pytest plugin unless the installed entry point already loads it
+    (loading it twice is an error)."""
+    from importlib.metadata import entry_points
+
+    if any(ep.value == "torch_fl_conformance.pytest_plugin"
+           for ep in entry_points(group="pytest11")):
+        return []
+    return ["-p", "torch_fl_conformance.pytest_plugin"]
 
 
 def _describe_exit(code: int | None) -> str:

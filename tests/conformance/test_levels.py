@@ -1,0 +1,93 @@
+"""Level and requirement status logic of the report, on synthetic results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch_fl_conformance.report import integrity
+from torch_fl_conformance.report.build import build_report
+from torch_fl_conformance.report.diff import diff_reports
+from torch_fl_conformance.report.schema import validate
+from torch_fl_conformance.requirements import load_requirements
+
+TARGET = {
+    "device_type": "fake", "plugin_name": "fake", "vendor": "v", "version": "1", "abi": "1.0",
+    "host_abi": "1.0", "library": "/x.so", "library_sha256": "0" * 64, "device_count": 1,
+    "devices": [], "groups": {}, "capabilities": ["fp16"], "native_kernels": 0,
+}
+HOST = {"hostname": "h", "platform": "p", "machine": "m", "python": "3", "cpu_count": 2,
+        "torch": "2.13", "torch_fl": "0.1", "suite": "0.1"}
+
+
+def _tests(overrides: dict[str, str]) -> list[dict[str, Any]]:
+    """One test per requirement up to L1, PASS unless overridden (capability skips applied)."""
+    out = []
+    for r in load_requirements().values():
+        if r.level not in ("L0", "L1"):
+            continue
+        outcome = overrides.get(r.id, "PASS")
+        if r.capability and r.capability not in TARGET["capabilities"]:
+            outcome = "SKIP"
+        out.append({"id": f"{r.level}/test_x.py::test_{r.id}", "requirement": r.id,
+                    "strength": r.strength, "level": r.level, "area": r.area.lower(),
+                    "capability": r.capability, "outcome": outcome, "duration_s": 0.1,
+                    "message": "", "detail": "", "data": {}, "expectation": None})
+    return out
+
+
+def _report(overrides: dict[str, str], level: str = "L1") -> dict[str, Any]:
+    opts = {"level": level, "seed": 1, "timeout_s": 10.0, "samples": 1, "ops": None,
+            "models": None, "certify": False, "expectations": None}
+    return build_report(target=TARGET, host=HOST, options=opts, tests=_tests(overrides),
+                        op_stats=[], stale=[], started=0.0, finished=1.0, deselected=0,
+                        workers=1, restarts=0)
+
+
+def test_all_pass_reaches_requested_level() -> None:
+    r = _report({})
+    assert r["level"]["achieved"] == "L1", r["level"]
+    assert validate(r) == []
+    assert integrity.check(r) == []
+
+
+def test_must_failure_blocks_its_level_should_does_not() -> None:
+    r = _report({"TFL-OPS-001": "FAIL"})  # SHOULD
+    assert r["level"]["achieved"] == "L1", r["level"]["summary"]
+    assert "TFL-OPS-001" in r["level"]["levels"]["L1"]["should_not_met"]
+    r = _report({"TFL-MEM-002": "FAIL"})  # MUST
+    assert r["level"]["achieved"] == "L0", r["level"]["summary"]
+    assert any("TFL-MEM-002" in w for w in r["level"]["levels"]["L1"]["why"])
+
+
+def test_crash_timeout_and_xfail_are_not_met() -> None:
+    for outcome in ("CRASH", "TIMEOUT", "XFAIL", "ERROR", "NOT_RUN"):
+        r = _report({"TFL-SMOKE-005": outcome})
+        assert r["level"]["achieved"] == "none", (outcome, r["level"]["summary"])
+
+
+def test_capability_skip_does_not_block_but_is_reported() -> None:
+    r = _report({})
+    statuses = {q["id"]: q["status"] for q in r["requirements"]}
+    assert statuses["TFL-GRAD-001"] == "skipped", statuses["TFL-GRAD-001"]  # fp64 absent
+    assert r["level"]["achieved"] == "L1"
+
+
+def test_level_above_the_run_is_not_claimed() -> None:
+    r = _report({}, level="L0")
+    assert r["level"]["achieved"] == "L0"
+    assert not r["level"]["levels"]["L1"]["tested"]
+
+
+def test_diff_lists_regressions_and_improvements() -> None:
+    good, bad = _report({}), _report({"TFL-MEM-002": "FAIL"})
+    changes = diff_reports(good, bad)
+    assert any("level: L1 -> L0" in x for x in changes["regressions"]), changes
+    assert any("TFL-MEM-002" in x for x in changes["regressions"]), changes
+    back = diff_reports(bad, good)
+    assert back["regressions"] == [] and back["improvements"], back
+
+
+def test_digest_detects_edits() -> None:
+    r = _report({})
+    r["tests"][0]["outcome"] = "FAIL"
+    assert integrity.check(r), "an edited outcome must break the digest"
