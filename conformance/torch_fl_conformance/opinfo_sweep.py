@@ -141,6 +141,16 @@ def _err(exc: BaseException) -> str:
     return text.splitlines()[0][:400] if text else type(exc).__name__
 
 
+def _seed(seed: int, device: str) -> None:
+    """Seeds the CPU and the device generators (torch.manual_seed also seeds every
+    lazily initialized backend, which costs milliseconds per call)."""
+    import torch
+
+    torch.default_generator.manual_seed(seed)
+    dev = torch.device(device)
+    getattr(torch, dev.type).manual_seed(seed)
+
+
 def evaluate(case: Case, device: str, samples: int, seed: int) -> Evaluation:
     key = (case, device, samples, seed)
     if key in _cache:
@@ -187,7 +197,7 @@ def _evaluate(case: Case, device: str, samples: int, seed: int) -> Evaluation:
                   if isinstance(t, torch.Tensor) and t.requires_grad]
         return out, leaves
 
-    torch.manual_seed(seed)
+    _seed(seed, device)
     generator = op.sample_inputs("cpu", dtype, requires_grad=case.grad)
     for sample in itertools.islice(generator, samples * 3):
         if ev.samples >= samples:
@@ -195,9 +205,9 @@ def _evaluate(case: Case, device: str, samples: int, seed: int) -> Evaluation:
         # CPU reference, run twice with different seeds: a CPU that does not
         # reproduce itself (random ops, uninitialized memory) is compared by shape.
         try:
-            torch.manual_seed(seed)
+            _seed(seed, device)
             ref, ref_leaves = run(sample, clone)
-            torch.manual_seed(seed + 1)
+            _seed(seed + 1, device)
             again, _ = run(sample, clone)
         except Exception:
             continue  # a sample the CPU rejects says nothing about the device
@@ -205,7 +215,7 @@ def _evaluate(case: Case, device: str, samples: int, seed: int) -> Evaluation:
         shape_only = not comparable or bool(compare(again, ref, "output", case.op)[0])
         ev.shape_only |= shape_only
         try:
-            torch.manual_seed(seed)
+            _seed(seed, device)
             with torch_fl.op_stats_scope() as scope:
                 out, dev_leaves = run(sample, to_dev)
             out_cpu = tree_map(to_cpu, out)

@@ -113,12 +113,13 @@ def _compare_tensor(a: Any, e: Any, kind: str, op: str | None) -> tuple[Mismatch
     if e.layout != torch.strided:
         a, e = a.to_dense(), e.to_dense()
     if not (e.is_floating_point()):
+        a, e = a.detach(), e.detach()
         equal = torch.equal(a, e)
         return (None if equal else Mismatch("", f"{(a != e).sum().item()} of {e.numel()} "
                                                 f"elements differ (exact dtype {e.dtype})"),
                 0.0, 0.0)
     bound = tolerance(str(e.dtype).removeprefix("torch."), kind, op)
-    a64, e64 = a.double(), e.double()
+    a64, e64 = a.detach().double(), e.detach().double()
     a_nan, e_nan = torch.isnan(a64), torch.isnan(e64)
     if not torch.equal(a_nan, e_nan):
         return Mismatch("", f"NaN in {a_nan.sum().item()} places, CPU in "
