@@ -318,6 +318,7 @@ class RunState:
         paths = write_all(report, self.report_dir)
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None:
+            tr.ensure_newline()
             tr.write_line(f"torchfl-conformance: level {report['level']['achieved']}; "
                           f"report in {paths['html']}")
 

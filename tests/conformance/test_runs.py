@@ -58,7 +58,7 @@ def test_pytest_without_plugin_explains(tmp_path: Path) -> None:
 
 
 def test_pytest_plugin_runs_suite_directly(tmp_path: Path, flemu_library: str) -> None:
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                         "--torchfl-plugin=flemu", "--torchfl-level=L0",
                         f"--torchfl-report={tmp_path}", "-k", "test_load or test_enumerate"],
                        capture_output=True, text=True, env=cli_env(), cwd=tmp_path,
