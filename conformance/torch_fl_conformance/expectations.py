@@ -16,8 +16,9 @@ stale and are reported, so a file does not rot as the plugin improves.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
+
+import tomllib
 
 __all__ = ["Expectation", "ExpectationError", "Expectations"]
 

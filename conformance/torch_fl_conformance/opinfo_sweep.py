@@ -164,9 +164,8 @@ def evaluate(case: Case, device: str, samples: int, seed: int) -> Evaluation:
 
 def _evaluate(case: Case, device: str, samples: int, seed: int) -> Evaluation:
     import torch
-    from torch.utils._pytree import tree_flatten, tree_map
-
     import torch_fl
+    from torch.utils._pytree import tree_flatten, tree_map
 
     op = op_infos()[case.op]
     dtype = getattr(torch, case.dtype)
@@ -209,8 +208,8 @@ def _evaluate(case: Case, device: str, samples: int, seed: int) -> Evaluation:
             ref, ref_leaves = run(sample, clone)
             _seed(seed + 1, device)
             again, _ = run(sample, clone)
-        except Exception:
-            continue  # a sample the CPU rejects says nothing about the device
+        except Exception:  # noqa: BLE001, S112 - a sample the CPU rejects says nothing
+            continue
         ev.samples += 1
         shape_only = not comparable or bool(compare(again, ref, "output", case.op)[0])
         ev.shape_only |= shape_only
@@ -219,7 +218,7 @@ def _evaluate(case: Case, device: str, samples: int, seed: int) -> Evaluation:
             with torch_fl.op_stats_scope() as scope:
                 out, dev_leaves = run(sample, to_dev)
             out_cpu = tree_map(to_cpu, out)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any device error is the finding
             if not ev.forward_error:
                 ev.forward_error = _err(exc)
             continue
@@ -244,9 +243,8 @@ def _evaluate(case: Case, device: str, samples: int, seed: int) -> Evaluation:
 def _backward(ev: Evaluation, ref: Any, ref_leaves: list[Any], out: Any, dev_leaves: list[Any],
               seed: int, device: str, order: dict[str, int]) -> None:
     import torch
-    from torch.utils._pytree import tree_flatten
-
     import torch_fl
+    from torch.utils._pytree import tree_flatten
 
     ref_outs = [t for t in tree_flatten(ref)[0]
                 if isinstance(t, torch.Tensor) and t.grad_fn is not None
@@ -261,14 +259,14 @@ def _backward(ev: Evaluation, ref: Any, ref_leaves: list[Any], out: Any, dev_lea
             for t in ref_outs]
     try:
         ref_grads = torch.autograd.grad(ref_outs, ref_leaves, cots, allow_unused=True)
-    except Exception:
+    except Exception:  # noqa: BLE001 - no CPU backward, nothing to compare
         return  # the CPU has no backward for this sample
     dev_cots = [c.to(device) for c in cots]
     try:
         with torch_fl.op_stats_scope() as scope:
             grads = torch.autograd.grad(dev_outs, dev_leaves, dev_cots, allow_unused=True)
         grads_cpu = [None if g is None else g.detach().cpu() for g in grads]
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any device error is the finding
         if not ev.backward_error:
             ev.backward_error = _err(exc)
         return

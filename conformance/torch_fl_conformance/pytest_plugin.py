@@ -17,8 +17,6 @@ from typing import Any
 
 import pytest
 
-from torch_fl_conformance import outcomes
-
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
 DEFAULT_SEED = 20240601
 DEFAULT_TIMEOUT = 300.0

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import resources
+
+import tomllib
 
 __all__ = [
     "LEVELS",

@@ -194,8 +194,8 @@ class RunState:
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         t = self.target
         return [
-            f"torchfl-conformance: {t.plugin_name} {t.version} by {t.vendor} as '{t.device_type}'"
-            f" (ABI {t.abi}, {t.device_count} device(s)), level <= {self.level}, seed {self.seed}",
+            (f"torchfl-conformance: {t.plugin_name} {t.version} by {t.vendor} as '{t.device_type}'"
+            f" (ABI {t.abi}, {t.device_count} device(s)), level <= {self.level}, seed {self.seed}"),
             f"  capabilities: {', '.join(t.capabilities) or 'none'}",
             f"  library: {t.library} sha256 {t.library_sha256[:16]}...",
         ]

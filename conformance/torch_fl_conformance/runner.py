@@ -81,7 +81,7 @@ class Worker:
         env["PYTHONFAULTHANDLER"] = "1"  # a crash leaves the Python stack in the log
         env.setdefault("TORCH_FL_FALLBACK", "silent")
         self.log_path = log_dir / f"worker-{number}.log"
-        self.log = open(self.log_path, "ab")
+        self.log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the worker
         cmd = [
             sys.executable, "-m", "pytest", str(SUITE_DIR),
             "-c", str(SUITE_DIR / "pytest.ini"), "--rootdir", str(SUITE_DIR),
@@ -275,7 +275,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
             spawn()
 
     while workers:
-        for w in list(workers):
+        for w in workers:
             if w.chunk is None and w.collected is not None and w.alive:
                 if pending:
                     w.chunk = pending.popleft()
@@ -317,7 +317,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
                 why = f"the worker process {_describe_exit(code)} during this test"
                 finish_worker(w, outcomes.CRASH, why)
         now = time.time()
-        for w in list(workers):
+        for w in workers:
             if w.current is not None and now - w.current[1] > hard_limit:
                 w.proc.kill()
                 w.proc.wait()

@@ -37,7 +37,7 @@ def describe_choices() -> str:
         import torch_fl
 
         specs = torch_fl.discover_plugins()
-    except Exception as exc:  # the guidance must not depend on a healthy install
+    except Exception as exc:  # noqa: BLE001 - guidance must not need a healthy install
         lines.append(f"(could not list installed plugins: {type(exc).__name__}: {exc})")
         return "\n".join(lines)
     if specs:
@@ -180,7 +180,7 @@ def load_target(plugin: str | None) -> Target:
 def _device_name_of(path: str) -> str:
     """The device name for a plugin given by path: libfoo.so -> foo (NAME=PATH overrides)."""
     base = os.path.basename(path).split(".")[0]
-    return base[3:] if base.startswith("lib") else base
+    return base.removeprefix("lib")
 
 
 def host_info() -> dict[str, Any]:
@@ -192,7 +192,7 @@ def host_info() -> dict[str, Any]:
         import torch_fl
 
         fl_version = torch_fl.__version__
-    except Exception:  # pragma: no cover - reported, not fatal
+    except Exception:  # noqa: BLE001 - reported as unknown, not fatal
         fl_version = "unknown"
     return {
         "hostname": socket.gethostname(),

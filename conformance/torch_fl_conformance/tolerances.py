@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Any
+
+import tomllib
 
 __all__ = ["Bound", "Mismatch", "compare", "tolerance"]
 
@@ -95,12 +96,13 @@ def compare(actual: Any, expected: Any, kind: str, op: str | None,
                 m.where = where
                 bad.append(m)
         elif isinstance(e, float) and isinstance(a, (float, int)):
-            if not shape_only and not (math.isclose(a, e, rel_tol=1e-5, abs_tol=1e-6)
-                                       or (math.isnan(a) and math.isnan(e))):
+            close = math.isclose(a, e, rel_tol=1e-5, abs_tol=1e-6) or (
+                math.isnan(a) and math.isnan(e))
+            if not shape_only and not close:
                 bad.append(Mismatch(where, f"{a!r}, CPU gives {e!r}"))
-        elif isinstance(e, (int, bool, str, type(None), torch.dtype, torch.Size)):
-            if not shape_only and a != e:
-                bad.append(Mismatch(where, f"{a!r}, CPU gives {e!r}"))
+        elif isinstance(e, (int, bool, str, type(None), torch.dtype, torch.Size)) and (
+                not shape_only and a != e):
+            bad.append(Mismatch(where, f"{a!r}, CPU gives {e!r}"))
     return bad, worst_abs, worst_rel
 
 
@@ -140,7 +142,7 @@ def _compare_tensor(a: Any, e: Any, kind: str, op: str | None) -> tuple[Mismatch
     allowed = bound.atol + bound.rtol * ref
     over = diff > allowed
     if bool(over.any()):
-        i = int(torch.argmax((diff - allowed)).item())
+        i = int(torch.argmax(diff - allowed).item())
         return Mismatch(
             "", f"{int(over.sum())} of {diff.numel()} elements outside atol={bound.atol:g} "
                 f"rtol={bound.rtol:g}; worst |device - cpu| = {float(diff[i]):.3g} at a CPU value "

@@ -26,7 +26,8 @@ def run_cli(*args: str, env: dict[str, str] | None = None,
             timeout: float = 400) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "torch_fl_conformance.cli", *args],
-        capture_output=True, text=True, env=env or cli_env(), timeout=timeout, cwd=ROOT,
+        check=False, capture_output=True, text=True, env=env or cli_env(), timeout=timeout,
+        cwd=ROOT,
     )
 
 

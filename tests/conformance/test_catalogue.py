@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from conftest import ROOT
-
 from torch_fl_conformance.expectations import ExpectationError, Expectations
 from torch_fl_conformance.requirements import (
     RequirementsError,

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, cli_env, load_report, outcomes_of, run_cli
-
 from torch_fl_conformance.pytest_plugin import SUITE_DIR
 from torch_fl_conformance.report.schema import validate
 
@@ -51,7 +50,7 @@ def test_unknown_plugin_is_named(tmp_path: Path) -> None:
 
 def test_pytest_without_plugin_explains(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "pytest", str(SUITE_DIR / "L0"), "-q",
-                        "-p", "no:cacheprovider"], capture_output=True, text=True,
+                        "-p", "no:cacheprovider"], check=False, capture_output=True, text=True,
                        env=cli_env(), cwd=tmp_path, timeout=120)
     assert r.returncode != 0, r.stdout
     assert "--torchfl-plugin" in r.stdout + r.stderr, r.stdout + r.stderr
@@ -61,8 +60,8 @@ def test_pytest_plugin_runs_suite_directly(tmp_path: Path, flemu_library: str) -
     r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                         "--torchfl-plugin=flemu", "--torchfl-level=L0",
                         f"--torchfl-report={tmp_path}", "-k", "test_load or test_enumerate"],
-                       capture_output=True, text=True, env=cli_env(), cwd=tmp_path,
-                       timeout=300)
+                       check=False, capture_output=True, text=True, env=cli_env(),
+                       cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "torchfl-conformance: flemu" in r.stdout, r.stdout  # the report header
     report = load_report(tmp_path)

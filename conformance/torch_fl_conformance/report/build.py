@@ -73,8 +73,8 @@ def _requirement_status(reqs: dict[str, Any], tests: list[dict[str, Any]],
                 else:
                     status, why = "unverified", "every test of it was skipped"
         else:
-            status, why = "met", f"{counts.get(outcomes.PASS, 0) + counts.get(outcomes.XPASS, 0)}" \
-                                 " test(s) passed"
+            status, why = "met", (f"{counts.get(outcomes.PASS, 0) + counts.get(outcomes.XPASS, 0)}" \
+                                 " test(s) passed")
         out.append({
             "id": rid, "strength": r.strength, "level": r.level, "capability": r.capability,
             "text": r.text, "status": status, "why": why, "tests": len(ts),
@@ -101,8 +101,8 @@ def _levels(reqs: list[dict[str, Any]], requested: str, partial: bool) -> dict[s
         if met:
             n_met = sum(r["status"] == "met" for r in must)
             n_skip = sum(r["status"] == "skipped" for r in must)
-            why = [f"all {len(must)} MUST requirements hold ({n_met} met, {n_skip} skipped "
-                   "for capabilities the plugin does not advertise)"]
+            why = [(f"all {len(must)} MUST requirements hold ({n_met} met, {n_skip} skipped "
+                   "for capabilities the plugin does not advertise)")]
         levels[level] = {"met": met, "tested": True, "why": why,
                          "should_not_met": [r["id"] for r in reqs if r["level"] == level
                                             and r["strength"] == "SHOULD"

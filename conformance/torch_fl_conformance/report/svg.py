@@ -20,8 +20,8 @@ def stacked_bars(rows: list[tuple[str, dict[str, int]]], keys: list[str], title:
     legend_h = 22
     height = top + len(rows) * (bar_h + gap) + legend_h + 10
     bar_w = width - label_w - 70
-    parts = [f'<svg role="img" width="{width}" '
-             f'height="{height}" viewBox="0 0 {width} {height}" aria-label="{escape(title)}">',
+    parts = [(f'<svg role="img" width="{width}" '
+             f'height="{height}" viewBox="0 0 {width} {height}" aria-label="{escape(title)}">'),
              f'<text x="0" y="16" font-size="14" font-weight="bold">{escape(title)}</text>']
     for i, (label, counts) in enumerate(rows):
         y = top + i * (bar_h + gap)
@@ -57,8 +57,8 @@ def bars(items: list[tuple[str, int]], title: str, width: int = 760,
     height = top + max(1, len(items)) * (bar_h + gap) + 6
     peak = max((n for _, n in items), default=1) or 1
     bar_w = width - label_w - 60
-    parts = [f'<svg role="img" width="{width}" '
-             f'height="{height}" viewBox="0 0 {width} {height}" aria-label="{escape(title)}">',
+    parts = [(f'<svg role="img" width="{width}" '
+             f'height="{height}" viewBox="0 0 {width} {height}" aria-label="{escape(title)}">'),
              f'<text x="0" y="16" font-size="14" font-weight="bold">{escape(title)}</text>']
     if not items:
         parts.append(f'<text x="0" y="{top + 12}" font-size="12">none</text>')

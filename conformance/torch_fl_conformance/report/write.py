@@ -57,8 +57,8 @@ def _header_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         ("capabilities", ", ".join(p["capabilities"]) or "none"),
         ("torch / torch-fl / suite", f"{h['torch']} / {h['torch_fl']} / {h['suite']}"),
         ("host", f"{h['hostname']} ({h['platform']}, {h['cpu_count']} CPUs)"),
-        ("run", f"{run['started']} – {run['finished']} ({run['duration_s']:.0f} s, "
-                f"{run['workers']} worker(s), {run['worker_restarts']} restart(s))"),
+        ("run", (f"{run['started']} – {run['finished']} ({run['duration_s']:.0f} s, "
+                f"{run['workers']} worker(s), {run['worker_restarts']} restart(s))")),
         ("options", f"level ≤ {o['level']}, seed {o['seed']}, timeout {o['timeout_s']:g} s, "
                     f"{o['samples']} samples/op, certify {'yes' if o['certify'] else 'no'}"
                     + (f", ops {o['ops']}" if o.get("ops") else "")
@@ -111,8 +111,8 @@ def render_markdown(r: dict[str, Any]) -> str:
                                   for x in cov["top_fallback_aten_ops"][:15]) + "."]
     bad = [t for t in r["tests"] if t["outcome"] in BAD_SHOWN]
     if bad:
-        lines += ["", f"## Not passing ({len(bad)})", "", "| outcome | test | requirement | "
-                  "message |", "|---|---|---|---|"]
+        lines += ["", f"## Not passing ({len(bad)})", "", ("| outcome | test | requirement | "
+                  "message |"), "|---|---|---|---|"]
         for t in bad[:200]:
             lines.append(f"| {t['outcome']} | `{t['id']}` | {t['requirement']} | "
                          f"{_md_cell(t['message'][:200])} |")
@@ -163,11 +163,11 @@ def render_html(r: dict[str, Any]) -> str:
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>Conformance: {_h(p['plugin_name'])} {_h(p['version'])}</title>",
         f"<style>{CSS}</style></head><body>",
-        f"<h1>Conformance report: {_h(p['plugin_name'])} {_h(p['version'])} "
-        f"({_h(p['vendor'])})</h1>",
-        f"<p><span class='badge' style='background:{color}'>Level: {_h(achieved)}"
+        (f"<h1>Conformance report: {_h(p['plugin_name'])} {_h(p['version'])} "
+        f"({_h(p['vendor'])})</h1>"),
+        (f"<p><span class='badge' style='background:{color}'>Level: {_h(achieved)}"
         f"{' ' + LEVEL_NAMES[achieved] if achieved in LEVEL_NAMES else ''}</span> "
-        f"{_h(lv['summary'])}</p>",
+        f"{_h(lv['summary'])}</p>"),
         "<table>",
     ]
     out += [f"<tr><th>{_h(k)}</th><td>{_h(v)}</td></tr>" for k, v in _header_rows(r)]

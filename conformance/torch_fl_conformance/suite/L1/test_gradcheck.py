@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
-
 from torch_fl_conformance import opinfo_sweep
 
 CORE_OPS = [
@@ -94,10 +93,8 @@ def test_gradients(op_name: str, dtype: str, device: str) -> None:
         torch.manual_seed(seed)
         try:
             ok = torch.autograd.gradcheck(fn, tuple(leaves), eps=1e-6, atol=1e-5, rtol=1e-3,
-                                          fast_mode=True, nondet_tol=1e-12
-                                          if "dropout" not in op_name else 1e-12,
-                                          raise_exception=True)
-        except Exception as exc:
+                                          fast_mode=True, raise_exception=True)
+        except Exception as exc:  # noqa: BLE001 - any error is the finding
             pytest.fail(f"gradcheck on {device} float64: {type(exc).__name__}: "
                         f"{str(exc)[:800]}", pytrace=False)
         assert ok
@@ -107,7 +104,7 @@ def test_gradients(op_name: str, dtype: str, device: str) -> None:
     try:
         torch.autograd.gradcheck(ref_fn, tuple(ref_leaves), eps=1e-6, atol=1e-5, rtol=1e-3,
                                  fast_mode=True)
-    except Exception:
+    except Exception:  # noqa: BLE001 - an unusable reference is not the device's fault
         pytest.skip("the CPU float64 reference gradient does not pass gradcheck itself")
     torch.manual_seed(seed)
     ref_out = ref_fn(*ref_leaves)

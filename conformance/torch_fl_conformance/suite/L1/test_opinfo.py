@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from torch_fl_conformance import opinfo_sweep
 from torch_fl_conformance.pytest_plugin import KEY, per_test_seed
 

@@ -6,7 +6,6 @@ import fnmatch
 from typing import Any
 
 import pytest
-
 from torch_fl_conformance.pytest_plugin import KEY
 
 CHECKS = {"parity": "TFL-TRAIN-001", "no_fallback": "TFL-TRAIN-002", "amp": "TFL-TRAIN-003"}
@@ -17,7 +16,7 @@ _results: dict[tuple[str, str], Any] = {}
 def _model_names() -> list[str]:
     try:
         from torch_fl_conformance.zoo import all_models
-    except Exception as exc:  # reported as ERROR in every training test, never a pass
+    except Exception as exc:  # noqa: BLE001 - reported as ERROR in every training test, never a pass
         _ZOO_ERROR.append(f"the model zoo cannot be imported: {type(exc).__name__}: {exc}")
         return ["zoo-unavailable"]
     return [m.name for m in all_models()]
@@ -86,8 +85,8 @@ def test_model(model: str, check: str, spec: Any, target: Any, device: str,
     record("training", {"model": model, "check": check, **result.to_dict()})
     failures = _split(result.failures)[check]
     if check == "no_fallback" and result.fallback_ops and not failures:
-        failures = [f"operators not native in the training loop: "
-                    f"{', '.join(result.fallback_ops)}"]
+        failures = [(f"operators not native in the training loop: "
+                    f"{', '.join(result.fallback_ops)}")]
     if check == "amp" and result.amp_max_abs is None and not failures:
         pytest.fail(f"{model}: the AMP comparison did not run", pytrace=False)
     if failures:
