@@ -17,7 +17,7 @@ from torch import nn
 from ._spec import ModelSpec, Tolerances
 from .dropout import Dropout
 
-__all__ = ["BertMLM", "SPEC"]
+__all__ = ["SPEC", "BertMLM"]
 
 VOCAB = 512
 HIDDEN = 64

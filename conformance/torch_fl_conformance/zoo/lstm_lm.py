@@ -16,7 +16,7 @@ from torch import nn
 from ._spec import ModelSpec, Tolerances
 from .dropout import Dropout
 
-__all__ = ["LSTMLanguageModel", "SPEC"]
+__all__ = ["SPEC", "LSTMLanguageModel"]
 
 VOCAB = 512
 EMBED = 64

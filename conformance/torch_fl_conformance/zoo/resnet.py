@@ -17,7 +17,7 @@ from torch import nn
 
 from ._spec import ModelSpec, Tolerances
 
-__all__ = ["BasicBlock", "ResNet18", "SPEC"]
+__all__ = ["SPEC", "BasicBlock", "ResNet18"]
 
 BATCH = 8
 CLASSES = 10
