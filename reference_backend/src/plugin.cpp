@@ -9,6 +9,7 @@
 #include "torch_fl/plugin_api.h"
 
 #include "errors.h"
+#include "graph/graph_api.h"
 #include "kernels/registry.h"
 #include "runtime.h"
 #include "thread_pool.h"
@@ -533,10 +534,12 @@ const TFL_StreamApi kStream = {
 
 const TFL_KernelApi kKernels = {TFL_KernelApi_STRUCT_SIZE, Kernels_List, Kernels_ListCustomOps};
 
+const TFL_GraphApi kGraph = {TFL_GraphApi_STRUCT_SIZE, Graph_Compile, Graph_Execute, Graph_Destroy};
+
 const TFL_Api kApi = {
     TFL_Api_STRUCT_SIZE, TFL_ABI_MAJOR, TFL_ABI_MINOR, &kCore, &kDevice, &kMemory, &kStream, &kKernels,
     nullptr,  // collectives
-    nullptr,  // graph
+    &kGraph,
     nullptr,  // tunables
 };
 

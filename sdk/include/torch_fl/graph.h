@@ -11,6 +11,16 @@
  * passes its arguments as TFL_Values in schema order, where tensor arguments
  * are TFL_VALUE_GRAPH_REF values holding an index into `values`. Shapes are
  * static within one region; a new shape is a new region.
+ *
+ * Every schema argument is passed, keyword-only ones included, in schema
+ * order, defaults filled in; an absent optional argument is TFL_VALUE_NONE.
+ * Every node has exactly the outputs its schema returns. Values of kind
+ * TFL_GRAPH_INTERMEDIATE never reach memory the host can see: the plugin
+ * keeps them wherever it likes (registers, on-chip memory, its own scratch).
+ *
+ * Threading: the host compiles, executes and destroys from any thread, but
+ * never calls Graph_Execute for the same stream from two threads at once
+ * (the stream rule of stream.h).
  */
 #ifndef TORCH_FL_GRAPH_H_
 #define TORCH_FL_GRAPH_H_
@@ -62,19 +72,38 @@ typedef struct TFL_Graph {
 } TFL_Graph;
 #define TFL_Graph_STRUCT_SIZE TFL_STRUCT_SIZE(TFL_Graph, num_outputs)
 
-/* Offers a region. The graph is host-owned and valid only during the call. */
+/* Offers a region. The graph is host-owned and valid only during the call.
+ *
+ * Declining is not an error: the call returns NULL with accepted = 0 and a
+ * reason. An error (non-NULL return) means the IR itself is malformed
+ * (TFL_ERR_INVALID_ARGUMENT) or the plugin failed.
+ *
+ * When one node is the reason (an op or an argument the compiler does not
+ * take), the plugin names it in declined_node; the host then offers what is
+ * left of the region without that node, so one unsupported op does not cost
+ * the whole region. The host sets declined_node to -1 before the call; a
+ * plugin writes it only when TFL_HAS_FIELD(args, TFL_Graph_Compile_Args,
+ * declined_node). */
 typedef struct TFL_Graph_Compile_Args {
   size_t struct_size;
   const TFL_Graph* graph;     /* in */
   uint8_t accepted;           /* out: 1 = compiled, 0 = declined */
   TFL_Executable* executable; /* out: when accepted; owned by the caller until TFL_Graph_Destroy */
-  const char* decline_reason; /* out: when declined; static plugin string */
+  const char* decline_reason; /* out: when declined; a plugin-owned string valid until the
+                                 plugin is unloaded */
+  int64_t declined_node;      /* in: -1; out: when declined because of one node, its index
+                                 in graph->nodes; -1 when the region as a whole is declined */
 } TFL_Graph_Compile_Args;
 #define TFL_Graph_Compile_Args_STRUCT_SIZE \
-  TFL_STRUCT_SIZE(TFL_Graph_Compile_Args, decline_reason)
+  TFL_STRUCT_SIZE(TFL_Graph_Compile_Args, declined_node)
 typedef TFL_Error* TFL_Graph_Compile(TFL_Graph_Compile_Args* args);
 
-/* Enqueues one execution on `stream`. Tensors follow TFL_Tensor lifetime. */
+/* Enqueues one execution on `stream`. Tensors follow TFL_Tensor lifetime.
+ * Inputs and outputs have the dtypes, sizes and strides the region declared
+ * for them and live on TFL_Graph.device; the plugin refuses anything else
+ * with TFL_ERR_INVALID_ARGUMENT. Outputs overlap neither each other nor any
+ * input. An executable may be executed any number of times, on any stream of
+ * its device, until it is destroyed. */
 typedef struct TFL_Graph_Execute_Args {
   size_t struct_size;
   TFL_Executable* executable;       /* in */
@@ -87,6 +116,7 @@ typedef struct TFL_Graph_Execute_Args {
 #define TFL_Graph_Execute_Args_STRUCT_SIZE TFL_STRUCT_SIZE(TFL_Graph_Execute_Args, stream)
 typedef TFL_Error* TFL_Graph_Execute(TFL_Graph_Execute_Args* args);
 
+/* Frees an executable. Executions already enqueued still complete. */
 typedef struct TFL_Graph_Destroy_Args {
   size_t struct_size;
   TFL_Executable* executable; /* in */

@@ -41,6 +41,11 @@ from torch_fl.op_stats import (
 
 __version__ = "0.1.0"
 
+# torch.compile(backend="torchfl"): registered when Dynamo loads, not imported here.
+from torch_fl.compile._hook import install_backend_hook as _install_compile_backend  # noqa: E402
+
+_install_compile_backend()
+
 __all__ = [
     "ABIMismatchError",
     "DeviceProperties",

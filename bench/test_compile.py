@@ -1,0 +1,221 @@
+"""Graph mode on flemu, measured against baselines in the same run.
+
+- A chain of 20 elementwise ops on a 4M-element float32 tensor, compiled with
+  backend="torchfl" (one fused region, one pass over memory) against eager
+  (20 native kernels). Target: compiled <= 0.5x eager time.
+- Peak device memory of a ResNet-18 training step (forward + backward):
+  compiled with memory planning, against the same graphs executed without
+  memory planning (memory_planning="none") — target <= 0.8x — and against
+  eager — target <= 1.0x. Peaks are in the benchmark's extra_info and in
+  .benchmarks/compile_memory.json; the step times are benchmarked too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch_fl
+import torch_fl.compile
+from torch import nn
+
+N = 4 * 1024 * 1024
+
+
+def chain20(x: torch.Tensor) -> torch.Tensor:
+    for i in range(10):
+        x = x * (1.0 - 0.01 * i)
+        x = x + 0.05 * i
+    return x
+
+
+@pytest.fixture(scope="module")
+def dev() -> torch.device:
+    assert torch_fl.get_plugin() is not None, "the benchmark needs the flemu plugin"
+    return torch.device("flemu:0")
+
+
+@pytest.fixture(scope="module")
+def chain_input(dev: torch.device) -> torch.Tensor:
+    torch.manual_seed(0)
+    return torch.randn(N, device=dev)
+
+
+def _synced(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    def run(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            out = fn(x)
+        torch.flemu.synchronize()
+        return out
+
+    return run
+
+
+def test_chain20_eager(benchmark: Any, chain_input: torch.Tensor) -> None:
+    run = _synced(chain20)
+    run(chain_input)
+    with torch_fl.op_stats_scope() as scope:
+        run(chain_input)
+    native = sum(r.native for r in scope.table)
+    assert native == 20 and not scope.table.fallbacks(), scope.table
+    benchmark(run, chain_input)
+
+
+def test_chain20_compiled(benchmark: Any, chain_input: torch.Tensor) -> None:
+    benchmark.extra_info.update(baseline="test_chain20_eager", target=0.5)
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch_fl.compile.clear_reports()
+    run = _synced(torch.compile(chain20, backend="torchfl"))
+    out = run(chain_input)
+    expected = _synced(chain20)(chain_input)
+    torch.testing.assert_close(out.cpu(), expected.cpu(), rtol=1e-5, atol=1e-5)
+    (report,) = torch_fl.compile.reports()
+    assert len(report.accepted_regions) == 1 and len(report.accepted_regions[0].ops) == 20, (
+        report.describe()
+    )
+    benchmark(run, chain_input)
+
+
+# ---------------------------------------------------------------------------
+# ResNet-18 training step: peak device memory
+# ---------------------------------------------------------------------------
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                      nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return torch.relu(y + (x if self.down is None else self.down(x)))
+
+
+class ResNet18(nn.Module):
+    def __init__(self, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64),
+                                  nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        layers = []
+        cin = 64
+        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+            cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.layers(self.stem(x))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def _resnet18() -> nn.Module:
+    try:
+        from torch_fl_conformance import zoo  # type: ignore[attr-defined]
+
+        make = getattr(zoo, "resnet18", None)
+        if make is not None:
+            return make()
+    except ImportError:
+        pass
+    return ResNet18()
+
+
+BATCH, SIZE = 8, 64
+
+
+def _train_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+
+
+def _peak_of_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
+    for p in model.parameters():
+        p.grad = None
+    torch.flemu.synchronize()
+    base = torch.flemu.memory_allocated()
+    torch.flemu.reset_peak_memory_stats()
+    _train_step(model, x, y)
+    torch.flemu.synchronize()
+    peak = torch.flemu.max_memory_allocated() - base
+    for p in model.parameters():
+        p.grad = None
+    return peak
+
+
+@pytest.fixture(scope="module")
+def resnet_batch(dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    return torch.randn(BATCH, 3, SIZE, SIZE, device=dev), torch.randint(0, 10, (BATCH,), device=dev)
+
+
+@pytest.fixture(scope="module")
+def resnet_peaks(dev: torch.device, resnet_batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, Any]:
+    import torch._dynamo
+
+    x, y = resnet_batch
+    peaks: dict[str, Any] = {}
+    models: dict[str, Any] = {}
+    torch.manual_seed(0)
+    eager = _resnet18().to(dev).train()
+    _train_step(eager, x, y)  # warm the caching allocator and meta caches
+    peaks["eager"] = _peak_of_step(eager, x, y)
+    models["eager"] = eager
+    for mode in ("reuse", "liveness", "none"):
+        torch._dynamo.reset()
+        torch_fl.compile.clear_reports()
+        compiled = torch.compile(_resnet18().to(dev).train(), backend="torchfl",
+                                 options={"memory_planning": mode})
+        _train_step(compiled, x, y)  # compile
+        peaks[mode] = _peak_of_step(compiled, x, y)
+        models[mode] = compiled
+        if mode == "reuse":
+            peaks["planned_graphs"] = [
+                {"graph": r.name, "planned_bytes": r.planned_bytes,
+                 "unplanned_bytes": r.unplanned_bytes,
+                 "regions_accepted": len(r.accepted_regions),
+                 "regions_declined": len(r.declined_regions)}
+                for r in torch_fl.compile.reports()
+            ]
+    peaks["planned_vs_unplanned"] = peaks["reuse"] / peaks["none"]
+    peaks["planned_vs_eager"] = peaks["reuse"] / peaks["eager"]
+    peaks["liveness_vs_unplanned"] = peaks["liveness"] / peaks["none"]
+    out = Path(__file__).resolve().parents[1] / ".benchmarks" / "compile_memory.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(peaks, indent=2))
+    peaks["models"] = models
+    return peaks
+
+
+def test_resnet18_step_eager(benchmark: Any, resnet_peaks: dict[str, Any],
+                             resnet_batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+    benchmark.extra_info.update(peak_bytes=resnet_peaks["eager"])
+    model = resnet_peaks["models"]["eager"]
+    benchmark.pedantic(_peak_of_step, args=(model, *resnet_batch), rounds=3, iterations=1)
+
+
+def test_resnet18_step_compiled(benchmark: Any, resnet_peaks: dict[str, Any],
+                                resnet_batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+    info = {k: v for k, v in resnet_peaks.items() if k != "models"}
+    benchmark.extra_info.update(baseline="test_resnet18_step_eager", **info)
+    print(f"\nResNet-18 training step peak device memory (MiB): "
+          f"eager {info['eager'] / 2**20:.1f}, planned {info['reuse'] / 2**20:.1f}, "
+          f"liveness only {info['liveness'] / 2**20:.1f}, unplanned {info['none'] / 2**20:.1f}; "
+          f"planned/unplanned {info['planned_vs_unplanned']:.2f} (target <= 0.8), "
+          f"planned/eager {info['planned_vs_eager']:.2f} (target <= 1.0)")
+    model = resnet_peaks["models"]["reuse"]
+    benchmark.pedantic(_peak_of_step, args=(model, *resnet_batch), rounds=3, iterations=1)

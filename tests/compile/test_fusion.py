@@ -1,0 +1,114 @@
+"""Elementwise chains fuse into one region that flemu's graph compiler runs
+in one pass, and the result matches eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch_fl
+from conftest import compile_fl
+from helpers import accepted_ops, assert_close, graph_reports, on_cpu
+
+
+def chain(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    z = x * 2.0 + y
+    z = torch.relu(z) - 0.5
+    z = torch.sigmoid(z) * torch.tanh(y)
+    return torch.exp(-z.abs()) / (1.0 + z * z)
+
+
+def test_chain_is_one_accepted_region(dev: torch.device) -> None:
+    x = torch.randn(64, 33, device=dev)
+    y = torch.randn(64, 33, device=dev)
+    expected = on_cpu(chain, x, y)
+    with torch.no_grad():
+        actual = compile_fl(chain)(x, y)
+    assert_close(actual, expected, "fused chain")
+    (report,) = graph_reports("inference")
+    regions = report.regions
+    assert len(regions) == 1 and regions[0].accepted, report.describe()
+    assert len(regions[0].ops) >= 10, report.describe()
+    assert "aten::sigmoid" in regions[0].ops and "aten::exp" in regions[0].ops, regions[0].ops
+    assert report.eager_ops == {}, f"ops left to eager: {report.eager_ops}"
+
+
+def test_fused_region_replaces_the_op_by_op_kernels(dev: torch.device) -> None:
+    x = torch.randn(1000, device=dev)
+    y = torch.randn(1000, device=dev)
+    fn = compile_fl(chain)
+    with torch.no_grad():
+        fn(x, y)  # compile
+        with torch_fl.op_stats_scope() as scope:
+            out = fn(x, y)
+    assert_close(out, on_cpu(chain, x, y), "fused chain")
+    ran = {row.op for row in scope.table if row.calls}
+    for op in ("aten::mul.Tensor", "aten::add.Tensor", "aten::sigmoid", "aten::exp"):
+        assert op not in ran, f"{op} ran op by op in the compiled call: {sorted(ran)}"
+
+
+def test_broadcast_inputs_and_scalars(dev: torch.device) -> None:
+    def f(x: torch.Tensor, row: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+        return torch.clamp((x - row) * col + 3, min=0.0, max=6.0).pow(2) / 6
+
+    x = torch.randn(8, 16, 10, device=dev)
+    row = torch.randn(10, device=dev)
+    col = torch.randn(16, 1, device=dev)
+    with torch.no_grad():
+        actual = compile_fl(f)(x, row, col)
+    assert_close(actual, on_cpu(f, x, row, col), "broadcast chain")
+    assert accepted_ops(graph_reports()), graph_reports()[0].describe()
+
+
+def test_comparisons_where_and_bool_outputs(dev: torch.device) -> None:
+    def f(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mask = (x > 0) & (y <= 0.5)
+        return torch.where(mask, x * y, -x), mask
+
+    x = torch.randn(257, device=dev)
+    y = torch.rand(257, device=dev)
+    with torch.no_grad():
+        out, mask = compile_fl(f)(x, y)
+    e_out, e_mask = on_cpu(f, x, y)
+    assert_close(out, e_out, "where")
+    assert_close(mask, e_mask, "mask")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_other_floating_dtypes(dev: torch.device, dtype: torch.dtype) -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x * 0.5 + 1) * torch.sigmoid(x)
+
+    x = torch.randn(4096, device=dev).to(dtype)
+    with torch.no_grad():
+        actual = compile_fl(f)(x)
+    expected = on_cpu(f, x.double()).to(dtype)
+    tol = 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-6
+    assert_close(actual, expected, f"gelu chain {dtype}", rtol=tol, atol=tol)
+
+
+def test_strided_and_channels_last_layouts(dev: torch.device) -> None:
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x + y) * 2 - y
+
+    x = torch.randn(2, 8, 5, 6, device=dev).to(memory_format=torch.channels_last)
+    y = torch.randn(2, 6, 5, 8, device=dev).permute(0, 3, 2, 1)  # non-contiguous
+    with torch.no_grad():
+        actual = compile_fl(f)(x, y)
+    expected = on_cpu(f, x, y)
+    assert_close(actual, expected, "strided chain")
+    assert actual.stride() == expected.stride(), (actual.stride(), expected.stride())
+
+
+def test_large_chain_splits_across_threads(dev: torch.device) -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        for i in range(10):
+            x = x * 1.01 + (0.1 * i)
+            x = torch.tanh(x)
+        return x
+
+    x = torch.randn(300_001, device=dev)
+    with torch.no_grad():
+        actual = compile_fl(f)(x)
+    assert_close(actual, on_cpu(f, x), "long chain")
+    ((ops,),) = [accepted_ops(graph_reports())]
+    assert len(ops) == 30, ops
