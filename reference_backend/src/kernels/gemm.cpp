@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../thread_pool.h"
+#include "gemm.h"
 #include "launch.h"
 #include "registry.h"
 
@@ -326,6 +327,46 @@ TFL_Error* kernel_addmm(const TFL_Kernel_Args* args) {
     const ScalarArg beta = L.scalar_or(3, 1, "beta"), alpha = L.scalar_or(4, 1, "alpha");
     launch_gemm(L, L.input_tensor(1, "mat1"), L.input_tensor(2, "mat2"), L.output(0, "out"), &self, beta, alpha);
   });
+}
+
+// ---------------------------------------------------------------------------
+// gemm_compute (gemm.h): the same blocked GEMM for other kernels
+// ---------------------------------------------------------------------------
+
+namespace {
+
+template <class C>
+void gemm_compute_impl(int64_t n, int64_t m, int64_t k, const C* a, int64_t a_rs, int64_t a_cs, const C* b,
+                       int64_t b_rs, int64_t b_cs, C* c, int64_t ldc, bool accumulate) {
+  if (n <= 0 || m <= 0) return;
+  if (!accumulate)
+    for (int64_t i = 0; i < n; ++i) std::fill(c + i * ldc, c + i * ldc + m, C(0));
+  if (k <= 0) return;
+  const Mat A{reinterpret_cast<const char*>(a), a_rs, a_cs};
+  const Mat B{reinterpret_cast<const char*>(b), b_rs, b_cs};
+#if defined(__x86_64__)
+  if (cpu_has_avx2_fma()) {
+    if constexpr (std::is_same_v<C, float>)
+      gemm_accumulate<C, C, 6, 16>(n, m, k, A, B, C(1), c, ldc, &micro_avx2<C, 6, 16>);
+    else gemm_accumulate<C, C, 6, 8>(n, m, k, A, B, C(1), c, ldc, &micro_avx2<C, 6, 8>);
+    return;
+  }
+#endif
+  if constexpr (std::is_same_v<C, float>)
+    gemm_accumulate<C, C, 4, 8>(n, m, k, A, B, C(1), c, ldc, &micro_baseline<C, 4, 8>);
+  else gemm_accumulate<C, C, 4, 4>(n, m, k, A, B, C(1), c, ldc, &micro_baseline<C, 4, 4>);
+}
+
+}  // namespace
+
+void gemm_compute(int64_t n, int64_t m, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
+                  int64_t b_rs, int64_t b_cs, float* c, int64_t ldc, bool accumulate) {
+  gemm_compute_impl<float>(n, m, k, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
+}
+
+void gemm_compute(int64_t n, int64_t m, int64_t k, const double* a, int64_t a_rs, int64_t a_cs, const double* b,
+                  int64_t b_rs, int64_t b_cs, double* c, int64_t ldc, bool accumulate) {
+  gemm_compute_impl<double>(n, m, k, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
 }
 
 }  // namespace flemu

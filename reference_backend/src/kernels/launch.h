@@ -81,6 +81,8 @@ class Launch {
 
   const TFL_Value& input(size_t i, const char* what) const;
   bool has_input(size_t i) const { return i < args_->num_inputs && args_->inputs[i].tag != TFL_VALUE_NONE; }
+  // False for an output the caller did not ask for (a NULL entry, or past the end).
+  bool has_output(size_t i) const { return i < args_->num_outputs && args_->outputs[i] != nullptr; }
   TensorArg input_tensor(size_t i, const char* what) const;
   ScalarArg scalar(size_t i, const char* what) const;
   ScalarArg scalar_or(size_t i, int64_t fallback, const char* what) const;

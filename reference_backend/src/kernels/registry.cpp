@@ -5,19 +5,69 @@
 
 #include "../errors.h"
 #include "launch.h"
+#include "nn_kernels.h"
 
 namespace flemu {
 
 namespace {
 
-const char* const kNames[kNumKernels] = {
+const char* const kNames[] = {
     "aten::fill_.Scalar", "aten::zero_",      "aten::add.Tensor", "aten::sub.Tensor",
     "aten::mul.Tensor",   "aten::div.Tensor", "aten::add.Scalar", "aten::sub.Scalar",
     "aten::mul.Scalar",   "aten::div.Scalar", "aten::neg",        "aten::relu",
     "aten::sum",          "aten::sum.dim_IntList", "aten::mean",  "aten::mean.dim",
     "aten::mm",           "aten::addmm",      "aten::copy_",      "aten::abs",
     "aten::maximum",      "flemu::scale_add", "flemu::scale_add_backward",
+    // Neural-network kernels (nn_kernels.h): convolution, normalization, pooling,
+    // embedding, dropout, random numbers, optimizers.
+    "aten::convolution",
+    "aten::convolution_backward",
+    "aten::native_batch_norm",
+    "aten::_native_batch_norm_legit",
+    "aten::_native_batch_norm_legit.no_stats",
+    "aten::_native_batch_norm_legit_no_training",
+    "aten::_batch_norm_with_update",
+    "aten::_batch_norm_no_update",
+    "aten::native_batch_norm_backward",
+    "aten::batch_norm_backward",
+    "aten::native_group_norm",
+    "aten::native_group_norm_backward",
+    "aten::native_layer_norm",
+    "aten::native_layer_norm_backward",
+    "aten::max_pool2d_with_indices",
+    "aten::max_pool2d_with_indices_backward",
+    "aten::avg_pool2d",
+    "aten::avg_pool2d_backward",
+    "aten::_adaptive_avg_pool2d",
+    "aten::_adaptive_avg_pool2d_backward",
+    "aten::upsample_nearest2d",
+    "aten::upsample_nearest2d_backward",
+    "aten::embedding",
+    "aten::embedding_dense_backward",
+    "aten::native_dropout",
+    "aten::native_dropout_backward",
+    "aten::uniform_",
+    "aten::normal_",
+    "aten::bernoulli_.float",
+    "aten::bernoulli.p",
+    "aten::bernoulli.Tensor",
+    "aten::bernoulli",
+    "aten::random_",
+    "aten::random_.to",
+    "aten::random_.from",
+    "aten::randperm",
+    "aten::randperm.generator",
+    "aten::_fused_adam_",
+    "aten::_fused_adam_.tensor_lr",
+    "aten::_fused_adamw_",
+    "aten::_fused_adamw_.tensor_lr",
+    "aten::_fused_sgd_",
+    "aten::_fused_sgd_.tensor_lr",
+    // End of the neural-network kernels.
 };
+
+static_assert(sizeof(kNames) / sizeof(kNames[0]) == kNumKernels,
+              "kNames must name every KernelId, in enum order");
 
 // Dtype groups, before the FLEMU_FP64/FP16/BF16 switches are applied.
 constexpr uint64_t kBool = TFL_DTYPE_BIT(TFL_DTYPE_BOOL);
@@ -58,6 +108,52 @@ const Entry kEntries[] = {
     {kMm, kernel_mm, kFloats, 0},
     {kAddmm, kernel_addmm, kFloats, 0},
     {kCopy, kernel_copy, kAll, 0},
+    // Neural-network kernels (nn_kernels.h): convolution, normalization, pooling,
+    // embedding, dropout, random numbers, optimizers.
+    {kConvolution, kernel_convolution, kFloats, 0},
+    {kConvolutionBackward, kernel_convolution_backward, kFloats, 0},
+    {kNativeBatchNorm, kernel_native_batch_norm, kFloats, 0},
+    {kNativeBatchNormLegit, kernel_native_batch_norm_legit, kFloats, 0},
+    {kNativeBatchNormLegitNoStats, kernel_native_batch_norm_legit_no_stats, kFloats, 0},
+    {kNativeBatchNormLegitNoTraining, kernel_native_batch_norm_legit_no_training, kFloats, 0},
+    {kBatchNormWithUpdate, kernel_batch_norm_with_update, kFloats, 0},
+    {kBatchNormNoUpdate, kernel_batch_norm_no_update, kFloats, 0},
+    {kNativeBatchNormBackward, kernel_native_batch_norm_backward, kFloats, 0},
+    {kBatchNormBackward, kernel_batch_norm_backward, kFloats, 0},
+    {kNativeGroupNorm, kernel_native_group_norm, kFloats, TFL_KERNEL_CONTIGUOUS_INPUTS | TFL_KERNEL_CONTIGUOUS_OUTPUTS},
+    {kNativeGroupNormBackward, kernel_native_group_norm_backward, kFloats, TFL_KERNEL_CONTIGUOUS_INPUTS | TFL_KERNEL_CONTIGUOUS_OUTPUTS},
+    {kNativeLayerNorm, kernel_native_layer_norm, kFloats, TFL_KERNEL_CONTIGUOUS_INPUTS | TFL_KERNEL_CONTIGUOUS_OUTPUTS},
+    {kNativeLayerNormBackward, kernel_native_layer_norm_backward, kFloats, TFL_KERNEL_CONTIGUOUS_INPUTS | TFL_KERNEL_CONTIGUOUS_OUTPUTS},
+    {kMaxPool2dWithIndices, kernel_max_pool2d_with_indices, kFloats, 0},
+    {kMaxPool2dWithIndicesBackward, kernel_max_pool2d_with_indices_backward, kFloats, 0},
+    {kAvgPool2d, kernel_avg_pool2d, kFloats, 0},
+    {kAvgPool2dBackward, kernel_avg_pool2d_backward, kFloats, 0},
+    {kAdaptiveAvgPool2d, kernel_adaptive_avg_pool2d, kFloats, 0},
+    {kAdaptiveAvgPool2dBackward, kernel_adaptive_avg_pool2d_backward, kFloats, 0},
+    {kUpsampleNearest2d, kernel_upsample_nearest2d, kAll, 0},
+    {kUpsampleNearest2dBackward, kernel_upsample_nearest2d_backward, kFloats, 0},
+    {kEmbedding, kernel_embedding, kAll, 0},
+    {kEmbeddingDenseBackward, kernel_embedding_dense_backward, kFloats, 0},
+    {kNativeDropout, kernel_native_dropout, kFloats, TFL_KERNEL_RANDOM},
+    {kNativeDropoutBackward, kernel_native_dropout_backward, kFloats, 0},
+    {kUniform, kernel_uniform, kFloats, TFL_KERNEL_RANDOM | TFL_KERNEL_NO_DERIVED_VARIANTS},
+    {kNormal, kernel_normal, kFloats, TFL_KERNEL_RANDOM | TFL_KERNEL_NO_DERIVED_VARIANTS},
+    {kBernoulliFloat, kernel_bernoulli_float, kAll, TFL_KERNEL_RANDOM | TFL_KERNEL_NO_DERIVED_VARIANTS},
+    {kBernoulliP, kernel_bernoulli_p, kAll, TFL_KERNEL_RANDOM},
+    {kBernoulliTensor, kernel_bernoulli_tensor, kAll, TFL_KERNEL_RANDOM | TFL_KERNEL_BROADCAST_INPUTS},
+    {kBernoulli, kernel_bernoulli, kFloats, TFL_KERNEL_RANDOM},
+    {kRandom, kernel_random, kAll, TFL_KERNEL_RANDOM | TFL_KERNEL_NO_DERIVED_VARIANTS},
+    {kRandomTo, kernel_random_to, kAll, TFL_KERNEL_RANDOM | TFL_KERNEL_NO_DERIVED_VARIANTS},
+    {kRandomFrom, kernel_random_from, kAll, TFL_KERNEL_RANDOM | TFL_KERNEL_NO_DERIVED_VARIANTS},
+    {kRandperm, kernel_randperm, kInts | kFloats, TFL_KERNEL_RANDOM},
+    {kRandpermGenerator, kernel_randperm_generator, kInts | kFloats, TFL_KERNEL_RANDOM},
+    {kFusedAdam, kernel_fused_adam, kFloats, TFL_KERNEL_NO_DERIVED_VARIANTS},
+    {kFusedAdamTensorLr, kernel_fused_adam_tensor_lr, kFloats, TFL_KERNEL_NO_DERIVED_VARIANTS},
+    {kFusedAdamw, kernel_fused_adamw, kFloats, TFL_KERNEL_NO_DERIVED_VARIANTS},
+    {kFusedAdamwTensorLr, kernel_fused_adamw_tensor_lr, kFloats, TFL_KERNEL_NO_DERIVED_VARIANTS},
+    {kFusedSgd, kernel_fused_sgd, kFloats, TFL_KERNEL_NO_DERIVED_VARIANTS},
+    {kFusedSgdTensorLr, kernel_fused_sgd_tensor_lr, kFloats, TFL_KERNEL_NO_DERIVED_VARIANTS},
+    // End of the neural-network kernels.
 };
 constexpr size_t kNumEntries = sizeof(kEntries) / sizeof(kEntries[0]);
 

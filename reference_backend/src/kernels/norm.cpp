@@ -1,0 +1,994 @@
+// Normalization: batch norm (training with running-stat update, eval with
+// running stats; the native_batch_norm, _native_batch_norm_legit*,
+// _batch_norm_with_update/_no_update and batch_norm_backward entry points),
+// group norm and layer norm, each with its backward.
+//
+// Statistics accumulate in double (float partial sums over short vector
+// lanes first); the elementwise passes compute in float (double for
+// float64). Per-channel parameters may have another floating dtype than the
+// input (bfloat16 activations with float32 weights).
+#include <cmath>
+#include <vector>
+
+#include "nn_common.h"
+#include "nn_kernels.h"
+
+namespace flemu {
+namespace {
+
+// Sum of a strided run, float lanes for the bulk and double across lanes.
+template <class T>
+double run_sum(const char* p, int64_t stride_bytes, int64_t n) {
+  using C = acc_t<T>;
+  if (stride_bytes == static_cast<int64_t>(sizeof(T))) {
+    const T* x = reinterpret_cast<const T*>(p);
+    C lane[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      for (int j = 0; j < 8; ++j) lane[j] += static_cast<C>(to_compute(x[i + j]));
+    double s = 0.0;
+    for (int j = 0; j < 8; ++j) s += lane[j];
+    for (; i < n; ++i) s += static_cast<double>(to_compute(x[i]));
+    return s;
+  }
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i, p += stride_bytes) s += static_cast<double>(to_compute(*reinterpret_cast<const T*>(p)));
+  return s;
+}
+
+// Sum of (x - mean)^2 over a strided run.
+template <class T>
+double run_sq_dev(const char* p, int64_t stride_bytes, int64_t n, double mean) {
+  using C = acc_t<T>;
+  const C m = static_cast<C>(mean);
+  if (stride_bytes == static_cast<int64_t>(sizeof(T))) {
+    const T* x = reinterpret_cast<const T*>(p);
+    C lane[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      for (int j = 0; j < 8; ++j) {
+        const C d = static_cast<C>(to_compute(x[i + j])) - m;
+        lane[j] += d * d;
+      }
+    double s = 0.0;
+    for (int j = 0; j < 8; ++j) s += lane[j];
+    for (; i < n; ++i) {
+      const double d = static_cast<double>(to_compute(x[i])) - mean;
+      s += d * d;
+    }
+    return s;
+  }
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i, p += stride_bytes) {
+    const double d = static_cast<double>(to_compute(*reinterpret_cast<const T*>(p))) - mean;
+    s += d * d;
+  }
+  return s;
+}
+
+// Sums of dy and dy * (x - mean) over strided runs of both.
+template <class T>
+void run_grad_sums(const char* dy, int64_t dys, const char* x, int64_t xs, int64_t n, double mean, double* sum_dy,
+                   double* sum_dy_xmu) {
+  using C = acc_t<T>;
+  const C m = static_cast<C>(mean);
+  if (dys == static_cast<int64_t>(sizeof(T)) && xs == static_cast<int64_t>(sizeof(T))) {
+    const T* g = reinterpret_cast<const T*>(dy);
+    const T* v = reinterpret_cast<const T*>(x);
+    C a[8] = {}, b[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      for (int j = 0; j < 8; ++j) {
+        const C gj = static_cast<C>(to_compute(g[i + j]));
+        a[j] += gj;
+        b[j] += gj * (static_cast<C>(to_compute(v[i + j])) - m);
+      }
+    double sa = 0.0, sb = 0.0;
+    for (int j = 0; j < 8; ++j) {
+      sa += a[j];
+      sb += b[j];
+    }
+    for (; i < n; ++i) {
+      const double gj = static_cast<double>(to_compute(g[i]));
+      sa += gj;
+      sb += gj * (static_cast<double>(to_compute(v[i])) - mean);
+    }
+    *sum_dy += sa;
+    *sum_dy_xmu += sb;
+    return;
+  }
+  double sa = 0.0, sb = 0.0;
+  for (int64_t i = 0; i < n; ++i, dy += dys, x += xs) {
+    const double gj = static_cast<double>(to_compute(*reinterpret_cast<const T*>(dy)));
+    sa += gj;
+    sb += gj * (static_cast<double>(to_compute(*reinterpret_cast<const T*>(x))) - mean);
+  }
+  *sum_dy += sa;
+  *sum_dy_xmu += sb;
+}
+
+// ---------------------------------------------------------------------------
+// (N, C, rest...) views for batch norm: per (n, c), the rest dims merged
+// into as few strided runs as possible.
+// ---------------------------------------------------------------------------
+
+struct ChannelView {
+  char* data = nullptr;
+  int32_t dtype = 0;
+  int64_t item = 0;
+  int64_t N = 1, C = 1;
+  int64_t sn = 0, sc = 0;  // bytes
+  int32_t rdim = 0;        // merged rest dims, the last is the run
+  int64_t rsize[kMaxLoopDims] = {};
+  int64_t rstride[kMaxLoopDims] = {};  // bytes
+  int64_t rest = 1;                    // elements per (n, c)
+
+  template <class F>
+  void for_runs(int64_t n, int64_t c, F&& f) const {
+    const char* base = data + n * sn + c * sc;
+    if (rdim == 0) {
+      f(base, item, int64_t{1});
+      return;
+    }
+    const int32_t inner = rdim - 1;
+    int64_t idx[kMaxLoopDims] = {};
+    for (;;) {
+      const char* p = base;
+      for (int32_t d = 0; d < inner; ++d) p += idx[d] * rstride[d];
+      f(p, rstride[inner], rsize[inner]);
+      int32_t d = inner - 1;
+      for (; d >= 0; --d) {
+        if (++idx[d] < rsize[d]) break;
+        idx[d] = 0;
+      }
+      if (d < 0) return;
+    }
+  }
+};
+
+ChannelView channel_view(const TensorArg& t, const char* what) {
+  if (t.ndim < 2) invalid_argument(what, " must have at least 2 dims (N, C, ...), got ", t.ndim);
+  if (t.ndim - 2 > kMaxLoopDims)
+    throw_error(TFL_ERR_UNIMPLEMENTED, cat(what, " has ", t.ndim, " dims; batch norm takes at most ", kMaxLoopDims + 2));
+  ChannelView v;
+  v.data = t.data;
+  v.dtype = t.dtype;
+  v.item = t.itemsize;
+  v.N = t.sizes[0];
+  v.C = t.sizes[1];
+  v.sn = t.strides[0] * v.item;
+  v.sc = t.strides[1] * v.item;
+  for (int32_t d = 2; d < t.ndim; ++d) {
+    v.rest *= t.sizes[d];
+    if (t.sizes[d] == 1) continue;
+    const int64_t st = t.strides[d] * v.item;
+    if (v.rdim > 0 && v.rstride[v.rdim - 1] == st * t.sizes[d]) {
+      v.rsize[v.rdim - 1] *= t.sizes[d];
+      v.rstride[v.rdim - 1] = st;
+    } else {
+      v.rsize[v.rdim] = t.sizes[d];
+      v.rstride[v.rdim] = st;
+      ++v.rdim;
+    }
+  }
+  return v;
+}
+
+// A 1-d per-channel tensor read and written as double.
+struct Vec1 {
+  char* data = nullptr;
+  int32_t dtype = 0;
+  int64_t stride = 0;  // bytes
+  int64_t size = 0;
+  bool present = false;
+  double get(int64_t i) const { return loader_f64(dtype)(data + i * stride); }
+  void set(int64_t i, double v) const { storer_f64(dtype)(data + i * stride, v); }
+};
+
+Vec1 vec1(const TensorArg& t, int64_t size, const char* what) {
+  if (!dtype_is_floating(t.dtype)) invalid_argument(what, " must be floating, got ", dtype_name(t.dtype));
+  if (t.numel != size) invalid_argument(what, " has ", t.numel, " elements; expected ", size, " (one per channel)");
+  Vec1 v;
+  v.data = t.data;
+  v.dtype = t.dtype;
+  v.size = size;
+  int64_t st = 0;
+  for (int32_t d = 0; d < t.ndim; ++d)
+    if (t.sizes[d] != 1) st = t.strides[d];
+  v.stride = st * t.itemsize;
+  v.present = true;
+  return v;
+}
+
+Vec1 optional_vec1(const Launch& L, size_t i, int64_t size, const char* what) {
+  TensorArg t;
+  if (!optional_tensor(L, i, what, &t)) return Vec1{};
+  return vec1(t, size, what);
+}
+
+Vec1 optional_out_vec1(const Launch& L, size_t i, int64_t size, const char* what) {
+  TensorArg t;
+  if (!optional_output(L, i, what, &t) || t.numel == 0) return Vec1{};
+  return vec1(t, size, what);
+}
+
+// ---------------------------------------------------------------------------
+// batch norm
+// ---------------------------------------------------------------------------
+
+struct BatchNormJob {
+  ChannelView x, y;
+  Vec1 weight, bias, running_mean, running_var, save_mean, save_invstd;
+  bool use_batch_stats = true;  // training (or no running stats)
+  bool update_running = false;
+  double momentum = 0.1, eps = 1e-5;
+};
+
+template <class T>
+void run_batch_norm(const BatchNormJob& j) {
+  using Cp = acc_t<T>;
+  const int64_t count = j.x.N * j.x.rest;
+  parallel_chunks(j.x.C, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      double mean, invstd;
+      if (j.use_batch_stats) {
+        double s = 0.0;
+        for (int64_t n = 0; n < j.x.N; ++n)
+          j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) { s += run_sum<T>(p, st, len); });
+        mean = count > 0 ? s / static_cast<double>(count) : 0.0;
+        double sq = 0.0;
+        for (int64_t n = 0; n < j.x.N; ++n)
+          j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) { sq += run_sq_dev<T>(p, st, len, mean); });
+        const double var = count > 0 ? sq / static_cast<double>(count) : 0.0;
+        invstd = 1.0 / std::sqrt(var + j.eps);
+        if (j.update_running) {
+          const double unbiased = count > 1 ? sq / static_cast<double>(count - 1) : var;
+          if (j.running_mean.present)
+            j.running_mean.set(c, (1.0 - j.momentum) * j.running_mean.get(c) + j.momentum * mean);
+          if (j.running_var.present)
+            j.running_var.set(c, (1.0 - j.momentum) * j.running_var.get(c) + j.momentum * unbiased);
+        }
+      } else {
+        mean = j.running_mean.get(c);
+        invstd = 1.0 / std::sqrt(j.running_var.get(c) + j.eps);
+      }
+      if (j.save_mean.present) j.save_mean.set(c, mean);
+      if (j.save_invstd.present) j.save_invstd.set(c, invstd);
+      const double w = j.weight.present ? j.weight.get(c) : 1.0;
+      const double b = j.bias.present ? j.bias.get(c) : 0.0;
+      // y = (x - mean) * alpha + beta; centring first keeps a large mean from cancelling.
+      const Cp alpha = static_cast<Cp>(invstd * w);
+      const Cp beta = static_cast<Cp>(b);
+      const Cp mu = static_cast<Cp>(mean);
+      for (int64_t n = 0; n < j.x.N; ++n) {
+        // Runs of x and y line up when both have the same layout; otherwise walk y with its own view.
+        int64_t k = 0;
+        const char* xbase = j.x.data + n * j.x.sn + c * j.x.sc;
+        char* ybase = j.y.data + n * j.y.sn + c * j.y.sc;
+        if (j.x.rdim == j.y.rdim && std::equal(j.x.rsize, j.x.rsize + j.x.rdim, j.y.rsize) &&
+            std::equal(j.x.rstride, j.x.rstride + j.x.rdim, j.y.rstride)) {
+          j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
+            char* q = ybase + (p - xbase);
+            if (st == static_cast<int64_t>(sizeof(T))) {
+              const T* xi = reinterpret_cast<const T*>(p);
+              T* yo = reinterpret_cast<T*>(q);
+              for (int64_t i = 0; i < len; ++i) yo[i] = convert<T>((static_cast<Cp>(to_compute(xi[i])) - mu) * alpha + beta);
+            } else {
+              for (int64_t i = 0; i < len; ++i, p += st, q += st)
+                *reinterpret_cast<T*>(q) =
+                    convert<T>((static_cast<Cp>(to_compute(*reinterpret_cast<const T*>(p))) - mu) * alpha + beta);
+            }
+          });
+        } else {
+          std::vector<Cp> vals(static_cast<size_t>(j.x.rest));
+          j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
+            for (int64_t i = 0; i < len; ++i, p += st)
+              vals[static_cast<size_t>(k++)] = (static_cast<Cp>(to_compute(*reinterpret_cast<const T*>(p))) - mu) * alpha + beta;
+          });
+          k = 0;
+          j.y.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
+            char* q = const_cast<char*>(p);
+            for (int64_t i = 0; i < len; ++i, q += st) *reinterpret_cast<T*>(q) = convert<T>(vals[static_cast<size_t>(k++)]);
+          });
+        }
+      }
+    }
+  });
+}
+
+struct BatchNormBackwardJob {
+  ChannelView dy, x, dx;
+  bool has_dx = false;
+  Vec1 weight, mean_src, var_src;  // mean_src/var_src: save_mean/save_invstd (train) or running stats (eval)
+  bool train = true;
+  double eps = 1e-5;
+  Vec1 grad_weight, grad_bias;
+};
+
+template <class T>
+void run_batch_norm_backward(const BatchNormBackwardJob& j) {
+  using Cp = acc_t<T>;
+  const int64_t count = j.x.N * j.x.rest;
+  parallel_chunks(j.x.C, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const double mean = j.mean_src.get(c);
+      const double invstd = j.train ? j.var_src.get(c) : 1.0 / std::sqrt(j.var_src.get(c) + j.eps);
+      double sum_dy = 0.0, sum_dy_xmu = 0.0;
+      // dy and x are walked in lock step: same shape, possibly different strides.
+      for (int64_t n = 0; n < j.x.N; ++n) {
+        if (j.dy.rdim == j.x.rdim && std::equal(j.dy.rstride, j.dy.rstride + j.dy.rdim, j.x.rstride)) {
+          const char* dyb = j.dy.data + n * j.dy.sn + c * j.dy.sc;
+          const char* xb = j.x.data + n * j.x.sn + c * j.x.sc;
+          j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
+            run_grad_sums<T>(dyb + (p - xb), st, p, st, len, mean, &sum_dy, &sum_dy_xmu);
+          });
+        } else {
+          std::vector<double> xs;
+          xs.reserve(static_cast<size_t>(j.x.rest));
+          j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
+            for (int64_t i = 0; i < len; ++i, p += st) xs.push_back(static_cast<double>(to_compute(*reinterpret_cast<const T*>(p))));
+          });
+          size_t k = 0;
+          j.dy.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
+            for (int64_t i = 0; i < len; ++i, p += st) {
+              const double g = static_cast<double>(to_compute(*reinterpret_cast<const T*>(p)));
+              sum_dy += g;
+              sum_dy_xmu += g * (xs[k++] - mean);
+            }
+          });
+        }
+      }
+      if (j.grad_weight.present) j.grad_weight.set(c, sum_dy_xmu * invstd);
+      if (j.grad_bias.present) j.grad_bias.set(c, sum_dy);
+      if (!j.has_dx) continue;
+      const double w = j.weight.present ? j.weight.get(c) : 1.0;
+      // train: dx = w*invstd*(dy - mean(dy) - (x-mean)*invstd^2*mean(dy*(x-mean)))
+      // eval:  dx = w*invstd*dy
+      // As dx = a*(dy - d) + b*(x - mean): centred terms, no cancellation of large ones.
+      const Cp a = static_cast<Cp>(w * invstd), mu = static_cast<Cp>(mean);
+      Cp b = Cp(0), d = Cp(0);
+      if (j.train && count > 0) {
+        const double k2 = sum_dy_xmu / static_cast<double>(count) * invstd * invstd;
+        b = static_cast<Cp>(-w * invstd * k2);
+        d = static_cast<Cp>(sum_dy / static_cast<double>(count));
+      }
+      for (int64_t n = 0; n < j.x.N; ++n) {
+        std::vector<Cp> g(static_cast<size_t>(j.x.rest)), xv(static_cast<size_t>(j.x.rest));
+        size_t k = 0;
+        j.dy.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
+          for (int64_t i = 0; i < len; ++i, p += st) g[k++] = static_cast<Cp>(to_compute(*reinterpret_cast<const T*>(p)));
+        });
+        k = 0;
+        j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
+          for (int64_t i = 0; i < len; ++i, p += st) xv[k++] = static_cast<Cp>(to_compute(*reinterpret_cast<const T*>(p)));
+        });
+        k = 0;
+        j.dx.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
+          char* q = const_cast<char*>(p);
+          for (int64_t i = 0; i < len; ++i, q += st, ++k)
+            *reinterpret_cast<T*>(q) = convert<T>(a * (g[k] - d) + b * (xv[k] - mu));
+        });
+      }
+    }
+  });
+}
+
+void require_floating(const TensorArg& t, const char* what) {
+  if (!dtype_is_floating(t.dtype)) invalid_argument(what, " must be floating, got ", dtype_name(t.dtype));
+}
+
+void require_shape_like(const TensorArg& a, const TensorArg& b, const char* an, const char* bn) {
+  bool same = a.ndim == b.ndim;
+  for (int32_t d = 0; same && d < a.ndim; ++d) same = a.sizes[d] == b.sizes[d];
+  if (!same) invalid_argument(an, " must have the shape of ", bn);
+}
+
+// The forward of every batch-norm entry point. Arguments by position in the
+// caller's schema; `running_writable` says whether the running stats are
+// updated (training with stats present).
+void launch_batch_norm(const Launch& L, size_t input_i, size_t weight_i, size_t bias_i, int rm_i, int rv_i,
+                       bool training, double momentum, double eps, size_t save_mean_o, size_t save_invstd_o) {
+  const TensorArg input = L.input_tensor(input_i, "input");
+  require_floating(input, "input");
+  const TensorArg out = L.output(0, "out");
+  require_shape_like(out, input, "out", "input");
+  if (out.dtype != input.dtype) invalid_argument("out must have the input's dtype");
+  BatchNormJob j;
+  j.x = channel_view(input, "input");
+  j.y = channel_view(out, "out");
+  const int64_t C = j.x.C;
+  j.weight = optional_vec1(L, weight_i, C, "weight");
+  j.bias = optional_vec1(L, bias_i, C, "bias");
+  if (rm_i >= 0) j.running_mean = optional_vec1(L, static_cast<size_t>(rm_i), C, "running_mean");
+  if (rv_i >= 0) j.running_var = optional_vec1(L, static_cast<size_t>(rv_i), C, "running_var");
+  j.use_batch_stats = training;
+  if (!training && !(j.running_mean.present && j.running_var.present))
+    invalid_argument("batch norm in eval mode needs running_mean and running_var");
+  j.update_running = training && (j.running_mean.present || j.running_var.present);
+  j.momentum = momentum;
+  j.eps = eps;
+  j.save_mean = optional_out_vec1(L, save_mean_o, C, "save_mean");
+  j.save_invstd = optional_out_vec1(L, save_invstd_o, C, "save_invstd");
+  if (training && input.numel == 0)
+    invalid_argument("batch norm in training mode needs at least one value per channel, got input with 0 elements");
+  if (C == 0) return;
+  dispatch_floating(input.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    L.enqueue([j] { run_batch_norm<T>(j); });
+  });
+}
+
+bool bool_at(const TFL_Value& v, size_t i) { return v.v.bools.data[i] != 0; }
+
+const TFL_Value& mask3(const Launch& L, size_t i) {
+  const TFL_Value& v = L.input(i, "output_mask");
+  if (v.tag != TFL_VALUE_BOOL_LIST || v.v.bools.size != 3) invalid_argument("output_mask must be a list of 3 bools");
+  return v;
+}
+
+// The backward of every batch-norm entry point: the statistics come from
+// save_mean/save_invstd (train) or the running stats (eval).
+void launch_batch_norm_backward(const Launch& L, const TensorArg& grad, const TensorArg& input, int weight_i,
+                                int rm_i, int rv_i, int sm_i, int si_i, bool train, double eps, const bool* want) {
+  require_floating(input, "input");
+  require_floating(grad, "grad_out");
+  require_shape_like(grad, input, "grad_out", "input");
+  BatchNormBackwardJob j;
+  j.dy = channel_view(grad, "grad_out");
+  j.x = channel_view(input, "input");
+  const int64_t C = j.x.C;
+  if (weight_i >= 0) j.weight = optional_vec1(L, static_cast<size_t>(weight_i), C, "weight");
+  j.train = train;
+  j.eps = eps;
+  if (train) {
+    j.mean_src = optional_vec1(L, static_cast<size_t>(sm_i), C, "save_mean");
+    j.var_src = optional_vec1(L, static_cast<size_t>(si_i), C, "save_invstd");
+    if (!j.mean_src.present || !j.var_src.present)
+      invalid_argument("batch norm backward in training mode needs save_mean and save_invstd");
+  } else {
+    j.mean_src = optional_vec1(L, static_cast<size_t>(rm_i), C, "running_mean");
+    j.var_src = optional_vec1(L, static_cast<size_t>(rv_i), C, "running_var");
+    if (!j.mean_src.present || !j.var_src.present)
+      invalid_argument("batch norm backward in eval mode needs running_mean and running_var");
+  }
+  TensorArg dx;
+  if (want[0] && optional_output(L, 0, "grad_input", &dx) && dx.numel > 0) {
+    require_shape_like(dx, input, "grad_input", "input");
+    j.dx = channel_view(dx, "grad_input");
+    j.has_dx = true;
+  }
+  if (want[1]) j.grad_weight = optional_out_vec1(L, 1, C, "grad_weight");
+  if (want[2]) j.grad_bias = optional_out_vec1(L, 2, C, "grad_bias");
+  if (C == 0 || (!j.has_dx && !j.grad_weight.present && !j.grad_bias.present)) return;
+  dispatch_floating(input.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    L.enqueue([j] { run_batch_norm_backward<T>(j); });
+  });
+}
+
+// ---------------------------------------------------------------------------
+// group norm and layer norm: dense (N, G, D, HxW) and (M, N) layouts
+// ---------------------------------------------------------------------------
+
+// The per-channel parameter (gamma or beta) as compute-type values.
+template <class Cp>
+std::vector<Cp> param_values(const Vec1& v, int64_t n, Cp fallback) {
+  std::vector<Cp> out(static_cast<size_t>(n), fallback);
+  if (v.present) {
+    const LoadF64 load = loader_f64(v.dtype);
+    for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = static_cast<Cp>(load(v.data + i * v.stride));
+  }
+  return out;
+}
+
+struct GroupNormJob {
+  const char* x = nullptr;
+  char* y = nullptr;
+  int64_t N = 0, C = 0, HxW = 0, G = 1;
+  Vec1 weight, bias;
+  char* mean = nullptr;  // (N, G) dense
+  char* rstd = nullptr;
+  int32_t stat_dtype = 0;
+  double eps = 1e-5;
+};
+
+template <class T>
+void run_group_norm(const GroupNormJob& j) {
+  using Cp = acc_t<T>;
+  const std::vector<Cp> gamma = param_values<Cp>(j.weight, j.C, Cp(1));
+  const std::vector<Cp> beta = param_values<Cp>(j.bias, j.C, Cp(0));
+  const StoreF64 store_stat = storer_f64(j.stat_dtype);
+  const int64_t stat_item = dtype_size(j.stat_dtype);
+  const int64_t D = j.C / j.G;
+  const int64_t group_elems = D * j.HxW;
+  parallel_chunks(j.N * j.G, 1, [&](int64_t b, int64_t e) {
+    for (int64_t ng = b; ng < e; ++ng) {
+      const int64_t n = ng / j.G, g = ng % j.G;
+      const T* xg = reinterpret_cast<const T*>(j.x) + (n * j.C + g * D) * j.HxW;
+      T* yg = reinterpret_cast<T*>(j.y) + (n * j.C + g * D) * j.HxW;
+      const double mean = group_elems ? run_sum<T>(reinterpret_cast<const char*>(xg), sizeof(T), group_elems) /
+                                            static_cast<double>(group_elems)
+                                      : 0.0;
+      const double var = group_elems ? run_sq_dev<T>(reinterpret_cast<const char*>(xg), sizeof(T), group_elems, mean) /
+                                           static_cast<double>(group_elems)
+                                     : 0.0;
+      const double rstd = 1.0 / std::sqrt(var + j.eps);
+      store_stat(j.mean + ng * stat_item, mean);
+      store_stat(j.rstd + ng * stat_item, rstd);
+      for (int64_t d = 0; d < D; ++d) {
+        const int64_t c = g * D + d;
+        const Cp a = static_cast<Cp>(rstd) * gamma[static_cast<size_t>(c)];
+        const Cp bb = beta[static_cast<size_t>(c)], mu = static_cast<Cp>(mean);
+        const T* xi = xg + d * j.HxW;
+        T* yo = yg + d * j.HxW;
+        for (int64_t i = 0; i < j.HxW; ++i) yo[i] = convert<T>((static_cast<Cp>(to_compute(xi[i])) - mu) * a + bb);
+      }
+    }
+  });
+}
+
+struct GroupNormBackwardJob {
+  const char* dy = nullptr;
+  const char* x = nullptr;
+  const char* mean = nullptr;
+  const char* rstd = nullptr;
+  int32_t stat_dtype = 0;
+  int64_t N = 0, C = 0, HxW = 0, G = 1;
+  Vec1 weight;
+  char* dx = nullptr;
+  Vec1 grad_weight, grad_bias;
+};
+
+template <class T>
+void run_group_norm_backward(const GroupNormBackwardJob& j) {
+  using Cp = acc_t<T>;
+  const std::vector<Cp> gamma = param_values<Cp>(j.weight, j.C, Cp(1));
+  const LoadF64 load_stat = loader_f64(j.stat_dtype);
+  const int64_t stat_item = dtype_size(j.stat_dtype);
+  const int64_t D = j.C / j.G;
+  // ds[n, c] = sum dy * x, db[n, c] = sum dy over HxW.
+  std::vector<double> ds(static_cast<size_t>(j.N * j.C)), db(static_cast<size_t>(j.N * j.C));
+  parallel_chunks(j.N * j.C, 4, [&](int64_t b, int64_t e) {
+    for (int64_t nc = b; nc < e; ++nc) {
+      const T* g = reinterpret_cast<const T*>(j.dy) + nc * j.HxW;
+      const T* v = reinterpret_cast<const T*>(j.x) + nc * j.HxW;
+      double s_dy = 0.0, s_dyx = 0.0;
+      run_grad_sums<T>(reinterpret_cast<const char*>(g), sizeof(T), reinterpret_cast<const char*>(v), sizeof(T), j.HxW,
+                       0.0, &s_dy, &s_dyx);
+      ds[static_cast<size_t>(nc)] = s_dyx;
+      db[static_cast<size_t>(nc)] = s_dy;
+    }
+  });
+  if (j.dx != nullptr) {
+    const double s = 1.0 / static_cast<double>(D * j.HxW);
+    parallel_chunks(j.N * j.G, 1, [&](int64_t b, int64_t e) {
+      for (int64_t ng = b; ng < e; ++ng) {
+        const int64_t n = ng / j.G, g = ng % j.G;
+        const double mean = load_stat(j.mean + ng * stat_item), rstd = load_stat(j.rstd + ng * stat_item);
+        double ds_g = 0.0, db_g = 0.0;
+        for (int64_t d = 0; d < D; ++d) {
+          const int64_t c = g * D + d;
+          ds_g += ds[static_cast<size_t>(n * j.C + c)] * gamma[static_cast<size_t>(c)];
+          db_g += db[static_cast<size_t>(n * j.C + c)] * gamma[static_cast<size_t>(c)];
+        }
+        // dx = rstd * (gamma_c * dy - k1 - (x - mean) * k2), with
+        // k1 = sum(gamma dy) / M and k2 = rstd^2 * sum(gamma dy (x - mean)) / M: centred
+        // terms, so a group of one element gets exactly zero.
+        const Cp k1 = static_cast<Cp>(db_g * s);
+        const Cp k2 = static_cast<Cp>((ds_g - mean * db_g) * s * rstd * rstd);
+        const Cp rs = static_cast<Cp>(rstd), mu = static_cast<Cp>(mean);
+        for (int64_t d = 0; d < D; ++d) {
+          const int64_t c = g * D + d;
+          const Cp gm = gamma[static_cast<size_t>(c)];
+          const int64_t off = (n * j.C + c) * j.HxW;
+          const T* g_ = reinterpret_cast<const T*>(j.dy) + off;
+          const T* x_ = reinterpret_cast<const T*>(j.x) + off;
+          T* o = reinterpret_cast<T*>(j.dx) + off;
+          for (int64_t i = 0; i < j.HxW; ++i)
+            o[i] = convert<T>(rs * (gm * static_cast<Cp>(to_compute(g_[i])) - k1 -
+                                    (static_cast<Cp>(to_compute(x_[i])) - mu) * k2));
+        }
+      }
+    });
+  }
+  if (j.grad_weight.present || j.grad_bias.present) {
+    for (int64_t c = 0; c < j.C; ++c) {
+      const int64_t g = c / D;
+      double gw = 0.0, gb = 0.0;
+      for (int64_t n = 0; n < j.N; ++n) {
+        const double mean = load_stat(j.mean + (n * j.G + g) * stat_item);
+        const double rstd = load_stat(j.rstd + (n * j.G + g) * stat_item);
+        gw += (ds[static_cast<size_t>(n * j.C + c)] - db[static_cast<size_t>(n * j.C + c)] * mean) * rstd;
+        gb += db[static_cast<size_t>(n * j.C + c)];
+      }
+      if (j.grad_weight.present) j.grad_weight.set(c, gw);
+      if (j.grad_bias.present) j.grad_bias.set(c, gb);
+    }
+  }
+}
+
+struct LayerNormJob {
+  const char* x = nullptr;
+  char* y = nullptr;
+  int64_t M = 0, N = 0;
+  Vec1 weight, bias;
+  char* mean = nullptr;  // M values, dense
+  char* rstd = nullptr;
+  int32_t stat_dtype = 0;
+  double eps = 1e-5;
+};
+
+template <class T>
+void run_layer_norm(const LayerNormJob& j) {
+  using Cp = acc_t<T>;
+  const std::vector<Cp> gamma = param_values<Cp>(j.weight, j.N, Cp(1));
+  const std::vector<Cp> beta = param_values<Cp>(j.bias, j.N, Cp(0));
+  const StoreF64 store_stat = j.mean ? storer_f64(j.stat_dtype) : nullptr;
+  const int64_t stat_item = j.mean ? dtype_size(j.stat_dtype) : 0;
+  parallel_chunks(j.M, std::max<int64_t>(1, 16384 / std::max<int64_t>(j.N, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* xr = reinterpret_cast<const T*>(j.x) + r * j.N;
+      T* yr = reinterpret_cast<T*>(j.y) + r * j.N;
+      const double mean = j.N ? run_sum<T>(reinterpret_cast<const char*>(xr), sizeof(T), j.N) / static_cast<double>(j.N) : 0.0;
+      const double var =
+          j.N ? run_sq_dev<T>(reinterpret_cast<const char*>(xr), sizeof(T), j.N, mean) / static_cast<double>(j.N) : 0.0;
+      const double rstd = 1.0 / std::sqrt(var + j.eps);
+      if (store_stat) {
+        store_stat(j.mean + r * stat_item, mean);
+        store_stat(j.rstd + r * stat_item, rstd);
+      }
+      const Cp m = static_cast<Cp>(mean), rs = static_cast<Cp>(rstd);
+      for (int64_t i = 0; i < j.N; ++i)
+        yr[i] = convert<T>((static_cast<Cp>(to_compute(xr[i])) - m) * rs * gamma[static_cast<size_t>(i)] +
+                           beta[static_cast<size_t>(i)]);
+    }
+  });
+}
+
+struct LayerNormBackwardJob {
+  const char* dy = nullptr;
+  const char* x = nullptr;
+  const char* mean = nullptr;
+  const char* rstd = nullptr;
+  int32_t stat_dtype = 0;
+  int64_t M = 0, N = 0;
+  Vec1 weight;
+  char* dx = nullptr;
+  Vec1 grad_weight, grad_bias;
+};
+
+template <class T>
+void run_layer_norm_backward(const LayerNormBackwardJob& j) {
+  using Cp = acc_t<T>;
+  const std::vector<Cp> gamma = param_values<Cp>(j.weight, j.N, Cp(1));
+  const LoadF64 load_stat = loader_f64(j.stat_dtype);
+  const int64_t stat_item = dtype_size(j.stat_dtype);
+  const bool params = j.grad_weight.present || j.grad_bias.present;
+  ThreadPool& pool = ThreadPool::instance();
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(pool.parallelism(), j.M * j.N / 16384));
+  // Each chunk of rows keeps its own partial parameter gradients.
+  std::vector<std::vector<double>> pw(static_cast<size_t>(params ? chunks : 0)), pb(pw.size());
+  auto body = [&](int64_t chunk) {
+    const int64_t per = (j.M + chunks - 1) / chunks;
+    const int64_t r0 = chunk * per, r1 = std::min(j.M, r0 + per);
+    double* gw = nullptr;
+    double* gb = nullptr;
+    if (params) {
+      pw[static_cast<size_t>(chunk)].assign(static_cast<size_t>(j.N), 0.0);
+      pb[static_cast<size_t>(chunk)].assign(static_cast<size_t>(j.N), 0.0);
+      gw = pw[static_cast<size_t>(chunk)].data();
+      gb = pb[static_cast<size_t>(chunk)].data();
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* g = reinterpret_cast<const T*>(j.dy) + r * j.N;
+      const T* v = reinterpret_cast<const T*>(j.x) + r * j.N;
+      const double mean = load_stat(j.mean + r * stat_item), rstd = load_stat(j.rstd + r * stat_item);
+      const Cp m = static_cast<Cp>(mean), rs = static_cast<Cp>(rstd);
+      if (params) {
+        for (int64_t i = 0; i < j.N; ++i) {
+          const Cp gi = static_cast<Cp>(to_compute(g[i]));
+          gw[i] += static_cast<double>(gi * (static_cast<Cp>(to_compute(v[i])) - m) * rs);
+          gb[i] += static_cast<double>(gi);
+        }
+      }
+      if (j.dx == nullptr) continue;
+      // dx = rstd * (gdy - mean(gdy) - xhat * mean(gdy * xhat)), gdy = gamma * dy
+      Cp s1[8] = {}, s2[8] = {};
+      int64_t i = 0;
+      for (; i + 8 <= j.N; i += 8)
+        for (int k = 0; k < 8; ++k) {
+          const Cp gd = static_cast<Cp>(to_compute(g[i + k])) * gamma[static_cast<size_t>(i + k)];
+          s1[k] += gd;
+          s2[k] += gd * (static_cast<Cp>(to_compute(v[i + k])) - m);
+        }
+      double a = 0.0, b = 0.0;
+      for (int k = 0; k < 8; ++k) {
+        a += s1[k];
+        b += s2[k];
+      }
+      for (; i < j.N; ++i) {
+        const double gd = static_cast<double>(to_compute(g[i])) * static_cast<double>(gamma[static_cast<size_t>(i)]);
+        a += gd;
+        b += gd * (static_cast<double>(to_compute(v[i])) - mean);
+      }
+      const Cp mean_gd = static_cast<Cp>(a / static_cast<double>(j.N));
+      const Cp k2 = static_cast<Cp>(b / static_cast<double>(j.N) * rstd * rstd);
+      T* o = reinterpret_cast<T*>(j.dx) + r * j.N;
+      for (int64_t t = 0; t < j.N; ++t) {
+        const Cp gd = static_cast<Cp>(to_compute(g[t])) * gamma[static_cast<size_t>(t)];
+        o[t] = convert<T>(rs * (gd - mean_gd - (static_cast<Cp>(to_compute(v[t])) - m) * k2));
+      }
+    }
+  };
+  if (chunks > 1) pool.parallel_for(chunks, body);
+  else body(0);
+  if (params) {
+    for (int64_t i = 0; i < j.N; ++i) {
+      double w = 0.0, b = 0.0;
+      for (int64_t c = 0; c < chunks; ++c) {
+        w += pw[static_cast<size_t>(c)][static_cast<size_t>(i)];
+        b += pb[static_cast<size_t>(c)][static_cast<size_t>(i)];
+      }
+      if (j.grad_weight.present) j.grad_weight.set(i, w);
+      if (j.grad_bias.present) j.grad_bias.set(i, b);
+    }
+  }
+}
+
+void require_dense(const TensorArg& t, const char* what) {
+  if (!t.is_contiguous())
+    invalid_argument(what, " must be contiguous (the kernel is registered with TFL_KERNEL_CONTIGUOUS_INPUTS/OUTPUTS)");
+}
+
+// Statistics tensors (mean, rstd): dense with `count` elements.
+char* stat_tensor(const TensorArg& t, int64_t count, const char* what) {
+  require_floating(t, what);
+  if (t.numel != count) invalid_argument(what, " has ", t.numel, " elements; expected ", count);
+  require_dense(t, what);
+  return t.data;
+}
+
+}  // namespace
+
+TFL_Error* kernel_native_batch_norm(const TFL_Kernel_Args* args) {
+  // native_batch_norm(input, weight?, bias?, running_mean?, running_var?, bool training, float momentum, float eps)
+  //   -> (out, save_mean, save_invstd)
+  return run_kernel(args, kNativeBatchNorm, [&](Launch& L) {
+    const bool training = L.boolean_or(5, true, "training");
+    launch_batch_norm(L, 0, 1, 2, 3, 4, training, double_arg(L, 6, "momentum"), double_arg(L, 7, "eps"), 1, 2);
+  });
+}
+
+TFL_Error* kernel_native_batch_norm_legit(const TFL_Kernel_Args* args) {
+  // _native_batch_norm_legit(input, weight?, bias?, Tensor(a!) running_mean, Tensor(b!) running_var,
+  //                          bool training, float momentum, float eps) -> (out, save_mean, save_rstd)
+  return run_kernel(args, kNativeBatchNormLegit, [&](Launch& L) {
+    const bool training = L.boolean_or(5, true, "training");
+    launch_batch_norm(L, 0, 1, 2, 3, 4, training, double_arg(L, 6, "momentum"), double_arg(L, 7, "eps"), 1, 2);
+  });
+}
+
+TFL_Error* kernel_native_batch_norm_legit_no_stats(const TFL_Kernel_Args* args) {
+  // _native_batch_norm_legit.no_stats(input, weight?, bias?, bool training, float momentum, float eps)
+  return run_kernel(args, kNativeBatchNormLegitNoStats, [&](Launch& L) {
+    const bool training = L.boolean_or(3, true, "training");
+    if (!training) invalid_argument("batch norm without running stats must run in training mode");
+    launch_batch_norm(L, 0, 1, 2, -1, -1, true, double_arg(L, 4, "momentum"), double_arg(L, 5, "eps"), 1, 2);
+  });
+}
+
+TFL_Error* kernel_native_batch_norm_legit_no_training(const TFL_Kernel_Args* args) {
+  // _native_batch_norm_legit_no_training(input, weight?, bias?, running_mean, running_var, float momentum, float eps)
+  return run_kernel(args, kNativeBatchNormLegitNoTraining, [&](Launch& L) {
+    launch_batch_norm(L, 0, 1, 2, 3, 4, false, double_arg(L, 5, "momentum"), double_arg(L, 6, "eps"), 1, 2);
+  });
+}
+
+TFL_Error* kernel_batch_norm_with_update(const TFL_Kernel_Args* args) {
+  // _batch_norm_with_update(input, weight?, bias?, Tensor(a!) running_mean, Tensor(b!) running_var,
+  //                         float momentum, float eps) -> (out, save_mean, save_invstd, reserve)
+  return run_kernel(args, kBatchNormWithUpdate, [&](Launch& L) {
+    launch_batch_norm(L, 0, 1, 2, 3, 4, true, double_arg(L, 5, "momentum"), double_arg(L, 6, "eps"), 1, 2);
+  });
+}
+
+TFL_Error* kernel_batch_norm_no_update(const TFL_Kernel_Args* args) {
+  // _batch_norm_no_update(input, weight?, bias?, running_mean?, running_var?, float momentum, float eps)
+  //   -> (out, save_mean, save_invstd, reserve): eval with running stats, batch stats without.
+  return run_kernel(args, kBatchNormNoUpdate, [&](Launch& L) {
+    const bool have_stats = L.has_input(3) && L.has_input(4);
+    launch_batch_norm(L, 0, 1, 2, have_stats ? 3 : -1, have_stats ? 4 : -1, !have_stats, double_arg(L, 5, "momentum"),
+                      double_arg(L, 6, "eps"), 1, 2);
+  });
+}
+
+TFL_Error* kernel_native_batch_norm_backward(const TFL_Kernel_Args* args) {
+  // native_batch_norm_backward(grad_out, input, weight?, running_mean?, running_var?, save_mean?, save_invstd?,
+  //                            bool train, float eps, bool[3] output_mask)
+  return run_kernel(args, kNativeBatchNormBackward, [&](Launch& L) {
+    const TFL_Value& m = mask3(L, 9);
+    const bool want[3] = {bool_at(m, 0), bool_at(m, 1), bool_at(m, 2)};
+    launch_batch_norm_backward(L, L.input_tensor(0, "grad_out"), L.input_tensor(1, "input"), 2, 3, 4, 5, 6,
+                               L.boolean_or(7, true, "train"), double_arg(L, 8, "eps"), want);
+  });
+}
+
+TFL_Error* kernel_batch_norm_backward(const TFL_Kernel_Args* args) {
+  // batch_norm_backward(grad_out, input, weight, running_mean?, running_var?, save_mean?, save_var?,
+  //                     bool update, float eps, bool[3] output_mask, Tensor reserve)
+  return run_kernel(args, kBatchNormBackward, [&](Launch& L) {
+    const TFL_Value& m = mask3(L, 9);
+    const bool want[3] = {bool_at(m, 0), bool_at(m, 1), bool_at(m, 2)};
+    // `update` says the forward used batch statistics (saved); otherwise the running ones.
+    const bool update = L.boolean_or(7, true, "update");
+    const bool train = update || !(L.has_input(3) && L.has_input(4));
+    launch_batch_norm_backward(L, L.input_tensor(0, "grad_out"), L.input_tensor(1, "input"), 2, 3, 4, 5, 6, train,
+                               double_arg(L, 8, "eps"), want);
+  });
+}
+
+TFL_Error* kernel_native_group_norm(const TFL_Kernel_Args* args) {
+  // native_group_norm(input, weight?, bias?, N, C, HxW, int group, float eps) -> (out, mean, rstd)
+  return run_kernel(args, kNativeGroupNorm, [&](Launch& L) {
+    const TensorArg input = L.input_tensor(0, "input");
+    require_floating(input, "input");
+    require_dense(input, "input");
+    GroupNormJob j;
+    j.N = int_arg(L, 3, "N");
+    j.C = int_arg(L, 4, "C");
+    j.HxW = int_arg(L, 5, "HxW");
+    j.G = int_arg(L, 6, "group");
+    j.eps = double_arg(L, 7, "eps");
+    if (j.G <= 0 || j.C % j.G) invalid_argument("C=", j.C, " must be divisible by group=", j.G);
+    if (j.N * j.C * j.HxW != input.numel)
+      invalid_argument("input has ", input.numel, " elements but N*C*HxW = ", j.N * j.C * j.HxW);
+    j.weight = optional_vec1(L, 1, j.C, "weight");
+    j.bias = optional_vec1(L, 2, j.C, "bias");
+    const TensorArg out = L.output(0, "out"), mean = L.output(1, "mean"), rstd = L.output(2, "rstd");
+    require_dense(out, "out");
+    if (out.dtype != input.dtype || out.numel != input.numel) invalid_argument("out must be shaped like the input");
+    j.mean = stat_tensor(mean, j.N * j.G, "mean");
+    j.rstd = stat_tensor(rstd, j.N * j.G, "rstd");
+    if (mean.dtype != rstd.dtype) invalid_argument("mean and rstd must share a dtype");
+    j.stat_dtype = mean.dtype;
+    j.x = input.data;
+    j.y = out.data;
+    if (j.N * j.G == 0) return;
+    dispatch_floating(input.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      L.enqueue([j] { run_group_norm<T>(j); });
+    });
+  });
+}
+
+TFL_Error* kernel_native_group_norm_backward(const TFL_Kernel_Args* args) {
+  // native_group_norm_backward(grad_out, input, mean, rstd, weight?, N, C, HxW, int group, bool[3] output_mask)
+  return run_kernel(args, kNativeGroupNormBackward, [&](Launch& L) {
+    const TensorArg grad = L.input_tensor(0, "grad_out"), input = L.input_tensor(1, "input");
+    const TensorArg mean = L.input_tensor(2, "mean"), rstd = L.input_tensor(3, "rstd");
+    require_floating(input, "input");
+    require_dense(input, "input");
+    require_dense(grad, "grad_out");
+    if (grad.dtype != input.dtype || grad.numel != input.numel) invalid_argument("grad_out must be shaped like the input");
+    GroupNormBackwardJob j;
+    j.N = int_arg(L, 5, "N");
+    j.C = int_arg(L, 6, "C");
+    j.HxW = int_arg(L, 7, "HxW");
+    j.G = int_arg(L, 8, "group");
+    if (j.G <= 0 || j.C % j.G) invalid_argument("C=", j.C, " must be divisible by group=", j.G);
+    if (j.N * j.C * j.HxW != input.numel)
+      invalid_argument("input has ", input.numel, " elements but N*C*HxW = ", j.N * j.C * j.HxW);
+    j.mean = stat_tensor(mean, j.N * j.G, "mean");
+    j.rstd = stat_tensor(rstd, j.N * j.G, "rstd");
+    if (mean.dtype != rstd.dtype) invalid_argument("mean and rstd must share a dtype");
+    j.stat_dtype = mean.dtype;
+    j.weight = optional_vec1(L, 4, j.C, "weight");
+    j.dy = grad.data;
+    j.x = input.data;
+    const TFL_Value& m = mask3(L, 9);
+    TensorArg dx;
+    if (bool_at(m, 0) && optional_output(L, 0, "grad_input", &dx) && dx.numel > 0) {
+      require_dense(dx, "grad_input");
+      if (dx.numel != input.numel || dx.dtype != input.dtype) invalid_argument("grad_input must be shaped like the input");
+      j.dx = dx.data;
+    }
+    if (bool_at(m, 1)) j.grad_weight = optional_out_vec1(L, 1, j.C, "grad_weight");
+    if (bool_at(m, 2)) j.grad_bias = optional_out_vec1(L, 2, j.C, "grad_bias");
+    if (j.C == 0 || (!j.dx && !j.grad_weight.present && !j.grad_bias.present)) return;
+    dispatch_floating(input.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      L.enqueue([j] { run_group_norm_backward<T>(j); });
+    });
+  });
+}
+
+namespace {
+
+// M (rows) and N (normalized elements) of a layer norm over the trailing dims.
+void layer_norm_sizes(const Launch& L, const TensorArg& input, size_t shape_i, int64_t* M, int64_t* N) {
+  const auto shape = int_list(L, shape_i, "normalized_shape");
+  const int32_t k = static_cast<int32_t>(shape.size());
+  if (k < 1 || k > input.ndim) invalid_argument("normalized_shape must have 1 to ", input.ndim, " entries, got ", k);
+  int64_t n = 1, m = 1;
+  for (int32_t d = 0; d < k; ++d) {
+    const int64_t s = input.sizes[input.ndim - k + d];
+    if (s != shape[static_cast<size_t>(d)])
+      invalid_argument("normalized_shape does not match the trailing dims of the input (dim ", input.ndim - k + d,
+                       " is ", s, ", normalized_shape says ", shape[static_cast<size_t>(d)], ")");
+    n *= s;
+  }
+  for (int32_t d = 0; d < input.ndim - k; ++d) m *= input.sizes[d];
+  *M = m;
+  *N = n;
+}
+
+}  // namespace
+
+TFL_Error* kernel_native_layer_norm(const TFL_Kernel_Args* args) {
+  // native_layer_norm(input, normalized_shape, weight?, bias?, float eps) -> (out, mean, rstd)
+  return run_kernel(args, kNativeLayerNorm, [&](Launch& L) {
+    const TensorArg input = L.input_tensor(0, "input");
+    require_floating(input, "input");
+    require_dense(input, "input");
+    LayerNormJob j;
+    layer_norm_sizes(L, input, 1, &j.M, &j.N);
+    j.weight = optional_vec1(L, 2, j.N, "weight");
+    j.bias = optional_vec1(L, 3, j.N, "bias");
+    j.eps = double_arg(L, 4, "eps");
+    const TensorArg out = L.output(0, "out");
+    require_dense(out, "out");
+    if (out.dtype != input.dtype || out.numel != input.numel) invalid_argument("out must be shaped like the input");
+    TensorArg mean, rstd;
+    if (optional_output(L, 1, "mean", &mean) && optional_output(L, 2, "rstd", &rstd) && mean.numel > 0) {
+      j.mean = stat_tensor(mean, j.M, "mean");
+      j.rstd = stat_tensor(rstd, j.M, "rstd");
+      if (mean.dtype != rstd.dtype) invalid_argument("mean and rstd must share a dtype");
+      j.stat_dtype = mean.dtype;
+    }
+    j.x = input.data;
+    j.y = out.data;
+    if (j.M == 0) return;
+    dispatch_floating(input.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      L.enqueue([j] { run_layer_norm<T>(j); });
+    });
+  });
+}
+
+TFL_Error* kernel_native_layer_norm_backward(const TFL_Kernel_Args* args) {
+  // native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?, bias?, bool[3] output_mask)
+  return run_kernel(args, kNativeLayerNormBackward, [&](Launch& L) {
+    const TensorArg grad = L.input_tensor(0, "grad_out"), input = L.input_tensor(1, "input");
+    require_floating(input, "input");
+    require_dense(input, "input");
+    require_dense(grad, "grad_out");
+    if (grad.dtype != input.dtype || grad.numel != input.numel) invalid_argument("grad_out must be shaped like the input");
+    LayerNormBackwardJob j;
+    layer_norm_sizes(L, input, 2, &j.M, &j.N);
+    const TensorArg mean = L.input_tensor(3, "mean"), rstd = L.input_tensor(4, "rstd");
+    j.mean = stat_tensor(mean, j.M, "mean");
+    j.rstd = stat_tensor(rstd, j.M, "rstd");
+    if (mean.dtype != rstd.dtype) invalid_argument("mean and rstd must share a dtype");
+    j.stat_dtype = mean.dtype;
+    j.weight = optional_vec1(L, 5, j.N, "weight");
+    j.dy = grad.data;
+    j.x = input.data;
+    const TFL_Value& m = mask3(L, 7);
+    TensorArg dx;
+    if (bool_at(m, 0) && optional_output(L, 0, "grad_input", &dx) && dx.numel > 0) {
+      require_dense(dx, "grad_input");
+      if (dx.numel != input.numel || dx.dtype != input.dtype) invalid_argument("grad_input must be shaped like the input");
+      j.dx = dx.data;
+    }
+    if (bool_at(m, 1)) j.grad_weight = optional_out_vec1(L, 1, j.N, "grad_weight");
+    if (bool_at(m, 2)) j.grad_bias = optional_out_vec1(L, 2, j.N, "grad_bias");
+    if (j.M == 0 && !j.grad_weight.present && !j.grad_bias.present) return;
+    if (!j.dx && !j.grad_weight.present && !j.grad_bias.present) return;
+    dispatch_floating(input.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      L.enqueue([j] { run_layer_norm_backward<T>(j); });
+    });
+  });
+}
+
+}  // namespace flemu

@@ -1,0 +1,61 @@
+// Philox4x32-10 (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as
+// easy as 1, 2, 3", SC 2011): a counter-based generator. Block `counter`
+// under `key` gives four independent 32-bit words, so element i of a random
+// tensor is a pure function of (seed, offset + i) — the same on any number of
+// threads and on every run.
+#ifndef FLEMU_KERNELS_PHILOX_H_
+#define FLEMU_KERNELS_PHILOX_H_
+
+#include <cmath>
+#include <cstdint>
+
+namespace flemu {
+
+struct Philox4x32 {
+  uint32_t w[4];
+};
+
+// The ten-round bijection of the 128-bit counter (c0, c1, 0, 0) keyed by seed.
+inline Philox4x32 philox4x32_10(uint64_t seed, uint64_t counter) {
+  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
+  constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
+  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t p0 = static_cast<uint64_t>(kMul0) * c0;
+    const uint64_t p1 = static_cast<uint64_t>(kMul1) * c2;
+    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+    k0 += kWeyl0;
+    k1 += kWeyl1;
+  }
+  return {{c0, c1, c2, c3}};
+}
+
+// [0, 1) with 24 random bits: every value is exactly representable in float.
+inline float uniform_f24(uint32_t w) { return static_cast<float>(w >> 8) * 0x1.0p-24f; }
+// [0, 1) with 53 random bits from two words.
+inline double uniform_d53(uint32_t hi, uint32_t lo) {
+  const uint64_t bits = (static_cast<uint64_t>(hi) << 21) ^ (lo >> 11);
+  return static_cast<double>(bits & ((uint64_t{1} << 53) - 1)) * 0x1.0p-53;
+}
+// [0, 1) with 32 random bits, for comparisons against a probability.
+inline double uniform_d32(uint32_t w) { return static_cast<double>(w) * 0x1.0p-32; }
+
+// Box-Muller: two standard normals from u1 in [0, 1) and u2 in [0, 1);
+// 1 - u1 keeps the logarithm finite.
+template <class F>
+inline void box_muller(F u1, F u2, F* z0, F* z1) {
+  const F r = std::sqrt(F(-2) * std::log(F(1) - u1));
+  const F theta = F(6.283185307179586476925286766559) * u2;
+  *z0 = r * std::cos(theta);
+  *z1 = r * std::sin(theta);
+}
+
+}  // namespace flemu
+
+#endif  // FLEMU_KERNELS_PHILOX_H_
