@@ -36,6 +36,11 @@ Every operator call of the training loop is counted with
 ``torch_fl.op_stats_scope``; ``fallback_ops`` lists those that ran on the CPU
 fallback or failed. An exception inside the loop (for instance a fallback under
 ``TORCH_FL_FALLBACK=error``) ends the loop and becomes a failure.
+
+Each failure starts with the check it concerns, so reports can sort them:
+"training step N raised", "forward (train mode, step 0)", "gradients (step 0)",
+"loss at step N", "operators not native in the training loop", "eval forward",
+"AMP forward".
 """
 
 from __future__ import annotations
@@ -307,7 +312,7 @@ def check_parity(
                         failures.append(f"eval forward raised {type(e).__name__}: {_first_line(e)}")
                 failures += [f"eval forward (after {steps} steps): {v}" for v in ev.violations]
                 if _not_native(scope):
-                    failures.append(f"operators not native in eval: {', '.join(_not_native(scope))}")
+                    failures.append(f"eval forward: operators not native: {', '.join(_not_native(scope))}")
             if want_amp:
                 amp = _Diff()
                 with _op_scope() as scope:
@@ -323,7 +328,7 @@ def check_parity(
                     f"AMP forward ({spec.amp_dtype}) vs float32 CPU: {v}" for v in amp.violations
                 ]
                 if _not_native(scope):
-                    failures.append(f"operators not native under AMP: {', '.join(_not_native(scope))}")
+                    failures.append(f"AMP forward: operators not native: {', '.join(_not_native(scope))}")
 
     return ParityResult(
         model=spec.name,
