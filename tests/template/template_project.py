@@ -21,7 +21,9 @@ DEFAULT_PACKAGE = "torch_nova"
 
 
 def cookiecutter_cli() -> str:
-    found = shutil.which("cookiecutter", path=os.pathsep.join([str(BIN), os.environ.get("PATH", "")]))
+    found = shutil.which(
+        "cookiecutter", path=os.pathsep.join([str(BIN), os.environ.get("PATH", "")])
+    )
     assert found is not None, "cookiecutter is not installed; it comes with requirements-dev.txt"
     return found
 
@@ -30,7 +32,7 @@ def run_cookiecutter(output_dir: Path, **answers: str) -> subprocess.CompletedPr
     """`cookiecutter --no-input templates/plugin key=value...` into output_dir."""
     cmd = [cookiecutter_cli(), "--no-input", str(TEMPLATE), "-o", str(output_dir)]
     cmd += [f"{key}={value}" for key, value in answers.items()]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120)
 
 
 def generate(output_dir: Path, **answers: str) -> Path:
@@ -39,7 +41,9 @@ def generate(output_dir: Path, **answers: str) -> Path:
     assert proc.returncode == 0, f"cookiecutter failed\n{proc.stdout}\n{proc.stderr}"
     package = answers.get("package_slug", f"torch_{answers.get('device_name', DEFAULT_DEVICE)}")
     project = output_dir / package
-    assert project.is_dir(), f"cookiecutter did not create {project}: {sorted(output_dir.iterdir())}"
+    assert project.is_dir(), (
+        f"cookiecutter did not create {project}: {sorted(output_dir.iterdir())}"
+    )
     return project
 
 
@@ -53,10 +57,25 @@ def compile_library(project: Path, output: Path) -> Path:
     cxx = shutil.which("g++") or shutil.which("c++")
     assert cxx is not None, "a C++ compiler (g++) is needed to build the generated plugin"
     sources = sorted(str(p) for p in (project / "src").glob("*.cpp"))
-    cmd = [cxx, "-std=c++17", "-O1", "-shared", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra",
-           "-Werror", "-DTFL_BUILDING_PLUGIN", f"-I{torch_fl.get_include()}", *sources,
-           f"-Wl,--version-script={project / 'src' / 'exports.map'}", "-Wl,--no-undefined",
-           "-pthread", "-o", str(output)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    cmd = [
+        cxx,
+        "-std=c++17",
+        "-O1",
+        "-shared",
+        "-fPIC",
+        "-fvisibility=hidden",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-DTFL_BUILDING_PLUGIN",
+        f"-I{torch_fl.get_include()}",
+        *sources,
+        f"-Wl,--version-script={project / 'src' / 'exports.map'}",
+        "-Wl,--no-undefined",
+        "-pthread",
+        "-o",
+        str(output),
+    ]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr}"
     return output

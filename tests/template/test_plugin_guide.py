@@ -10,7 +10,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 import torch_fl
 from guide_snippets import CHECKS, ROOT, Snippet, guide_snippets, tree_paths
 from support import assert_ok, run_python
@@ -43,59 +42,96 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_every_block_says_how_it_is_checked() -> None:
-    unchecked = [f"{s.where()}: ```{s.language} {s.check}".rstrip() for s in SNIPPETS if s.check not in CHECKS]
-    assert not unchecked, "code blocks without a check tag (see tests/template/guide_snippets.py):\n" + "\n".join(
-        unchecked
+    unchecked = [
+        f"{s.where()}: ```{s.language} {s.check}".rstrip()
+        for s in SNIPPETS
+        if s.check not in CHECKS
+    ]
+    assert not unchecked, (
+        "code blocks without a check tag (see tests/template/guide_snippets.py):\n"
+        + "\n".join(unchecked)
     )
-    assert len(by_check("e2e")) >= 5, "the guide's step-by-step path has fewer e2e blocks than expected"
+    assert len(by_check("e2e")) >= 5, (
+        "the guide's step-by-step path has fewer e2e blocks than expected"
+    )
 
 
 def test_every_output_block_follows_a_command() -> None:
     for i, s in enumerate(SNIPPETS):
         if s.check == "output":
-            assert i > 0 and SNIPPETS[i - 1].check in ("run", "fails"), f"{s.where()}: no command before it"
+            assert i > 0 and SNIPPETS[i - 1].check in ("run", "fails"), (
+                f"{s.where()}: no command before it"
+            )
 
 
 @pytest.mark.parametrize("snippet", by_check("compile"), ids=ids(by_check("compile")))
 def test_compile_snippet(snippet: Snippet, tmp_path: Path) -> None:
     c = snippet.language == "c"
-    assert snippet.language in ("c", "cpp"), f"{snippet.where()}: compile needs c or cpp, got {snippet.language}"
+    assert snippet.language in ("c", "cpp"), (
+        f"{snippet.where()}: compile needs c or cpp, got {snippet.language}"
+    )
     compiler = shutil.which("gcc" if c else "g++")
     assert compiler is not None, "gcc/g++ is needed to compile the guide's snippets"
     source = tmp_path / ("snippet.c" if c else "snippet.cpp")
     source.write_text(snippet.code, encoding="utf-8")
-    cmd = [compiler, "-std=c11" if c else "-std=c++17", "-Wall", "-Wextra", "-Werror", "-fPIC",
-           f"-I{torch_fl.get_include()}", "-c", str(source), "-o", str(tmp_path / "snippet.o")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"{snippet.where()} does not compile:\n{snippet.code}\n{proc.stderr}"
+    cmd = [
+        compiler,
+        "-std=c11" if c else "-std=c++17",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-fPIC",
+        f"-I{torch_fl.get_include()}",
+        "-c",
+        str(source),
+        "-o",
+        str(tmp_path / "snippet.o"),
+    ]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (
+        f"{snippet.where()} does not compile:\n{snippet.code}\n{proc.stderr}"
+    )
 
 
 def run_shell(snippet: Snippet, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-euo", "pipefail", "-c", snippet.code], cwd=cwd, env=shell_env(),
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", snippet.code],
+        cwd=cwd,
+        env=shell_env(),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("snippet", by_check("run"), ids=ids(by_check("run")))
 def test_shell_snippet_succeeds(snippet: Snippet, tmp_path: Path) -> None:
     proc = run_shell(snippet, scratch_with_templates(tmp_path))
-    assert proc.returncode == 0, f"{snippet.where()} failed:\n{snippet.code}\n{proc.stdout}\n{proc.stderr}"
+    assert proc.returncode == 0, (
+        f"{snippet.where()} failed:\n{snippet.code}\n{proc.stdout}\n{proc.stderr}"
+    )
     check_output_block(snippet, proc)
 
 
 @pytest.mark.parametrize("snippet", by_check("fails"), ids=ids(by_check("fails")))
 def test_shell_snippet_fails_as_shown(snippet: Snippet, tmp_path: Path) -> None:
     proc = run_shell(snippet, scratch_with_templates(tmp_path))
-    assert proc.returncode != 0, f"{snippet.where()} should fail but succeeded:\n{proc.stdout}\n{proc.stderr}"
+    assert proc.returncode != 0, (
+        f"{snippet.where()} should fail but succeeded:\n{proc.stdout}\n{proc.stderr}"
+    )
     check_output_block(snippet, proc)
 
 
 def check_output_block(snippet: Snippet, proc: subprocess.CompletedProcess) -> None:
-    following = SNIPPETS[SNIPPETS.index(snippet) + 1:]
+    following = SNIPPETS[SNIPPETS.index(snippet) + 1 :]
     if not following or following[0].check != "output":
         return
     printed = proc.stdout + proc.stderr
     for line in following[0].code.splitlines():
-        assert line.strip() in printed, f"{following[0].where()}: {line!r} is not in what it printed:\n{printed}"
+        assert line.strip() in printed, (
+            f"{following[0].where()}: {line!r} is not in what it printed:\n{printed}"
+        )
 
 
 def test_tree_is_the_generated_project(project: Path) -> None:
@@ -112,7 +148,9 @@ def test_tree_is_the_generated_project(project: Path) -> None:
 def test_excerpt_matches_the_generated_file(snippet: Snippet, project: Path) -> None:
     relative = Path(snippet.argument).relative_to(project.name)
     text = (project / relative).read_text(encoding="utf-8")
-    assert snippet.code.strip() in text, f"{snippet.where()} is not in {snippet.argument}:\n{snippet.code}"
+    assert snippet.code.strip() in text, (
+        f"{snippet.where()} is not in {snippet.argument}:\n{snippet.code}"
+    )
 
 
 @pytest.mark.slow
@@ -120,7 +158,11 @@ def test_excerpt_matches_the_generated_file(snippet: Snippet, project: Path) -> 
 def test_kernel_snippet_runs_natively(snippet: Snippet, project: Path, tmp_path: Path) -> None:
     kernels = project / "src" / "kernels.cpp"
     original = kernels.read_text(encoding="utf-8")
-    table = next(line for line in original.splitlines() if line.startswith("const TFL_KernelDesc* const kKernelTable[]"))
+    table = next(
+        line
+        for line in original.splitlines()
+        if line.startswith("const TFL_KernelDesc* const kKernelTable[]")
+    )
     try:
         kernels.write_text(original.replace(table, snippet.code.rstrip()), encoding="utf-8")
         library = compile_library(project, tmp_path / f"lib{DEFAULT_DEVICE}.so")

@@ -6,13 +6,12 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
-import yaml
-
+import tomllib
 import torch_fl
+import yaml
 from template_project import DEFAULT_DEVICE, DEFAULT_PACKAGE, generate, run_cookiecutter
 
 
@@ -22,7 +21,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_defaults_need_no_input(project: Path) -> None:
-    assert project.name == DEFAULT_PACKAGE, f"project directory {project.name}, expected {DEFAULT_PACKAGE}"
+    assert project.name == DEFAULT_PACKAGE, (
+        f"project directory {project.name}, expected {DEFAULT_PACKAGE}"
+    )
     meta = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
     eps = meta["project"]["entry-points"]
     expected_backends = {DEFAULT_DEVICE: f"{DEFAULT_PACKAGE}:_autoload"}
@@ -30,12 +31,18 @@ def test_defaults_need_no_input(project: Path) -> None:
     assert eps["torch.backends"] == expected_backends, eps
     assert eps["torch_fl.plugins"] == expected_plugins, eps
     assert meta["build-system"]["build-backend"] == "scikit_build_core.build", meta["build-system"]
-    assert (project / DEFAULT_PACKAGE / "__init__.py").is_file()
+    assert (project / "python" / DEFAULT_PACKAGE / "__init__.py").is_file()
 
 
 def test_every_answer_reaches_every_file(tmp_path: Path) -> None:
-    project = generate(tmp_path, vendor_name="Acme Devices", chip_name="Rocket 2",
-                       device_name="rocket", c_prefix="RKT", version="2.1.0")
+    project = generate(
+        tmp_path,
+        vendor_name="Acme Devices",
+        chip_name="Rocket 2",
+        device_name="rocket",
+        c_prefix="RKT",
+        version="2.1.0",
+    )
     assert project.name == "torch_rocket", project.name
     leftovers = []
     for path in sorted(p for p in project.rglob("*") if p.is_file()):
@@ -67,7 +74,9 @@ def test_every_answer_reaches_every_file(tmp_path: Path) -> None:
         ("version", "first", "not a version"),
     ],
 )
-def test_refused_answers_name_the_rule(tmp_path: Path, answer: str, value: str, reason: str) -> None:
+def test_refused_answers_name_the_rule(
+    tmp_path: Path, answer: str, value: str, reason: str
+) -> None:
     proc = run_cookiecutter(tmp_path, **{answer: value})
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, f"{answer}={value!r} was accepted:\n{output}"
@@ -86,9 +95,18 @@ def test_sources_compile_cleanly_with_the_installed_headers(project: Path) -> No
     cxx = shutil.which("g++")
     assert cxx is not None, "g++ is needed to compile the generated plugin"
     for source in sorted((project / "src").glob("*.cpp")):
-        cmd = [cxx, "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-DTFL_BUILDING_PLUGIN",
-               f"-I{torch_fl.get_include()}", str(source)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        cmd = [
+            cxx,
+            "-std=c++17",
+            "-fsyntax-only",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-DTFL_BUILDING_PLUGIN",
+            f"-I{torch_fl.get_include()}",
+            str(source),
+        ]
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, f"{source.name} does not compile cleanly:\n{proc.stderr}"
 
 
@@ -101,11 +119,15 @@ def test_build_finds_torch_fl_through_its_cmake_package(project: Path) -> None:
     cmake = (project / "CMakeLists.txt").read_text(encoding="utf-8")
     assert "find_package(TorchFL 1.0" in cmake and "torch_fl.cmake_prefix_path()" in cmake, cmake
     assert "torch_fl::abi" in cmake, cmake
-    assert "sdk/include" not in cmake and "../" not in cmake, "the build must not reach into torch-fl's sources"
+    assert "sdk/include" not in cmake and "../" not in cmake, (
+        "the build must not reach into torch-fl's sources"
+    )
 
 
 def test_ci_workflow_builds_installs_and_runs_the_smoke_test(project: Path) -> None:
-    workflow = yaml.safe_load((project / ".github" / "workflows" / "ci.yml").read_text(encoding="utf-8"))
+    workflow = yaml.safe_load(
+        (project / ".github" / "workflows" / "ci.yml").read_text(encoding="utf-8")
+    )
     steps = {step.get("id"): step for step in workflow["jobs"]["smoke"]["steps"] if step.get("id")}
     assert set(steps) >= {"build", "links", "smoke", "certify"}, sorted(steps)
     assert "pip install --no-build-isolation ." in steps["build"]["run"], steps["build"]

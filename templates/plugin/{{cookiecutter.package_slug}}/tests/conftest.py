@@ -16,12 +16,11 @@ DEVICE = {{ cookiecutter.package_slug }}.DEVICE
 # torch is imported here or in a subprocess.
 LIBRARY = {{ cookiecutter.package_slug }}.library_path()
 _SELECTION = f"{DEVICE}={LIBRARY}@1000"
-os.environ["TORCH_FL_PLUGINS"] = os.pathsep.join(
-    entry for entry in (_SELECTION, os.environ.get("TORCH_FL_PLUGINS", "")) if entry
-)
+_listed = os.environ.get("TORCH_FL_PLUGINS", "")
+if not any(entry.startswith(f"{DEVICE}=") for entry in _listed.split(os.pathsep)):
+    os.environ["TORCH_FL_PLUGINS"] = os.pathsep.join(e for e in (_SELECTION, _listed) if e)
 
 import torch  # noqa: E402 - after the selection above: autoload runs at import
-
 import torch_fl  # noqa: E402
 
 

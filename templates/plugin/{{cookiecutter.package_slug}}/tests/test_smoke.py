@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 import torch_fl
 
 DEVICE = "{{ cookiecutter.device_name }}"
@@ -26,7 +25,9 @@ DEVICE = "{{ cookiecutter.device_name }}"
 def conformance_cli() -> str:
     """The torchfl-conformance command of this environment."""
     scripts = os.path.dirname(sys.executable)
-    found = shutil.which("torchfl-conformance", path=os.pathsep.join([scripts, os.environ.get("PATH", "")]))
+    found = shutil.which(
+        "torchfl-conformance", path=os.pathsep.join([scripts, os.environ.get("PATH", "")])
+    )
     if found is None:
         pytest.fail(
             "torchfl-conformance is not installed in this environment; it ships with torch-fl "
@@ -39,16 +40,19 @@ def load_report(report_dir: Path, proc: subprocess.CompletedProcess) -> dict:
     """The JSON certification report the run wrote into report_dir."""
     path = report_dir / "report.json"
     assert path.is_file(), (
-        f"the conformance run wrote no report.json (exit {proc.returncode})\n{proc.stdout}\n{proc.stderr}"
+        f"the conformance run wrote no report.json (exit {proc.returncode})\n"
+        f"{proc.stdout}\n{proc.stderr}"
     )
     report = json.loads(path.read_text(encoding="utf-8"))
-    assert report.get("schema") == "torchfl-conformance-report", f"{path} is not a conformance report"
+    assert report.get("schema") == "torchfl-conformance-report", (
+        f"{path} is not a conformance report"
+    )
     return report
 
 
 def test_conformance_smoke_level(plugin: torch_fl.PluginHandle, tmp_path: Path) -> None:
     cmd = [conformance_cli(), "run", "--plugin", DEVICE, "--level", "L0", "--report", str(tmp_path)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900)
     report = load_report(tmp_path, proc)
     level = report["level"]
     assert level["achieved"] == "L0" and level["levels"]["L0"]["met"], (
@@ -57,7 +61,8 @@ def test_conformance_smoke_level(plugin: torch_fl.PluginHandle, tmp_path: Path) 
     )
     assert report["plugin"]["device_type"] == DEVICE, report["plugin"]
     assert proc.returncode == 0, (
-        f"{' '.join(cmd)} exited with {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+        f"{' '.join(cmd)} exited with {proc.returncode}\n"
+        f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
     )
 
 
@@ -69,7 +74,9 @@ def test_device_is_registered(plugin: torch_fl.PluginHandle) -> None:
     assert "{{ cookiecutter.chip_name }}" in name, f"device 0 is named {name!r}"
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.int64, torch.bool])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.float16, torch.int64, torch.bool]
+)
 def test_copy_round_trip(device: torch.device, dtype: torch.dtype) -> None:
     host = (torch.arange(2 * 3 * 5) - 7).reshape(2, 3, 5).to(dtype)
     on_device = host.to(device)
@@ -78,7 +85,9 @@ def test_copy_round_trip(device: torch.device, dtype: torch.dtype) -> None:
     assert torch.equal(back, host), f"round trip changed the data:\n{back}\nexpected\n{host}"
     # A strided view copied on the device, then back.
     view = on_device.transpose(0, 2).contiguous().cpu()
-    assert torch.equal(view, host.transpose(0, 2).contiguous()), f"transposed copy is wrong:\n{view}"
+    assert torch.equal(view, host.transpose(0, 2).contiguous()), (
+        f"transposed copy is wrong:\n{view}"
+    )
 
 
 def test_memory_is_accounted(device: torch.device) -> None:
@@ -88,7 +97,9 @@ def test_memory_is_accounted(device: torch.device) -> None:
     before = module.memory_allocated(device)
     block = torch.empty(1 << 20, dtype=torch.uint8, device=device)
     grown = module.memory_allocated(device) - before
-    assert grown >= block.numel(), f"memory_allocated grew by {grown} bytes for a {block.numel()}-byte tensor"
+    assert grown >= block.numel(), (
+        f"memory_allocated grew by {grown} bytes for a {block.numel()}-byte tensor"
+    )
     with pytest.raises(torch.OutOfMemoryError):
         torch.empty(total + (1 << 30), dtype=torch.uint8, device=device)
 
@@ -100,7 +111,9 @@ def test_table_kernel_add_runs_natively(device: torch.device) -> None:
     expected = torch.add(a, b, alpha=2.5)
     assert torch.allclose(out.cpu(), expected), f"add gave\n{out.cpu()}\nexpected\n{expected}"
     stat = scope.table.get("aten::add.Tensor", "float32")
-    assert stat.native == 1 and stat.cpu_fallback == 0, f"aten::add.Tensor ran as {stat}\n{scope.table}"
+    assert stat.native == 1 and stat.cpu_fallback == 0, (
+        f"aten::add.Tensor ran as {stat}\n{scope.table}"
+    )
     # A Python scalar operand reaches the kernel as a one-element tensor.
     with torch_fl.fallback_mode("error"):
         shifted = a.to(device) + 1.5
@@ -113,7 +126,9 @@ def test_symbol_kernel_mul_runs_natively(device: torch.device) -> None:
         out = a.to(device) * b.to(device)
     assert torch.allclose(out.cpu(), a * b), f"mul gave\n{out.cpu()}\nexpected\n{a * b}"
     stat = scope.table.get("aten::mul.Tensor", "float32")
-    assert stat.native == 1 and stat.cpu_fallback == 0, f"aten::mul.Tensor ran as {stat}\n{scope.table}"
+    assert stat.native == 1 and stat.cpu_fallback == 0, (
+        f"aten::mul.Tensor ran as {stat}\n{scope.table}"
+    )
 
 
 def test_operators_without_a_kernel_fall_back(device: torch.device) -> None:

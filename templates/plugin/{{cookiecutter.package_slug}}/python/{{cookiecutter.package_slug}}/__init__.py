@@ -61,7 +61,7 @@ def _autoload() -> None:
         from torch_fl._autoload import autoload
 
         autoload()
-    except Exception as exc:  # noqa: BLE001 - any failure must become a warning
+    except Exception as exc:  # any failure must become a warning, never an exception
         warnings.warn(
             f"{DEVICE}: autoload failed: {exc}; the {DEVICE} device is not registered",
             RuntimeWarning,

@@ -1,0 +1,259 @@
+"""End to end: the plugin guide's path from `cookiecutter` to certification, run as
+written (its `e2e` blocks, in order) in a scratch directory, installing the
+generated plugin into this environment — then what must hold of the result.
+
+The plugin is uninstalled afterwards so that it cannot shadow flemu in the rest
+of the suite; a copy left installed by an interrupted run is removed first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+from guide_snippets import ROOT, Snippet, guide_snippets
+from template_project import BIN, DEFAULT_DEVICE, DEFAULT_PACKAGE
+
+pytestmark = pytest.mark.slow
+
+E2E = [s for s in guide_snippets() if s.check == "e2e"]
+LIBRARY = Path(sysconfig.get_paths()["platlib"]) / DEFAULT_PACKAGE / f"lib{DEFAULT_DEVICE}.so"
+
+
+@dataclass
+class Step:
+    snippet: Snippet
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def report(self) -> str:
+        return (
+            f"{self.snippet.where()} exited with {self.returncode} after {self.seconds:.1f} s\n"
+            f"--- block\n{self.snippet.code}--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
+        )
+
+
+@dataclass
+class Walkthrough:
+    scratch: Path
+    env: dict[str, str]
+    steps: list[Step] = field(default_factory=list)
+    first_tensor_seconds: float | None = None
+
+    @property
+    def project(self) -> Path:
+        return self.scratch / DEFAULT_PACKAGE
+
+
+def pip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pip", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def is_installed() -> bool:
+    return pip("show", "--quiet", DEFAULT_PACKAGE).returncode == 0
+
+
+def uninstall() -> None:
+    proc = pip("uninstall", "--yes", DEFAULT_PACKAGE)
+    assert proc.returncode == 0 and not is_installed(), (
+        f"could not uninstall {DEFAULT_PACKAGE}; it would shadow flemu in later tests:\n"
+        f"{proc.stderr}"
+    )
+
+
+def run_block(
+    snippet: Snippet, index: int, cwd: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess:
+    if snippet.language == "sh":
+        cmd = ["bash", "-euo", "pipefail", "-c", snippet.code]
+    else:
+        assert snippet.language == "python", f"{snippet.where()}: e2e blocks are sh or python"
+        script = cwd / f"guide_block_{index}.py"
+        script.write_text(snippet.code, encoding="utf-8")
+        cmd = [sys.executable, str(script)]
+    return subprocess.run(
+        cmd, cwd=cwd, env=env, check=False, capture_output=True, text=True, timeout=1200
+    )
+
+
+@pytest.fixture(scope="module")
+def walkthrough(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Walkthrough]:
+    if is_installed():
+        uninstall()
+    scratch = tmp_path_factory.mktemp("vendor")
+    (scratch / "templates").symlink_to(ROOT / "templates", target_is_directory=True)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
+    env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])
+    # flemu is installed here too: select the new plugin the way the guide says.
+    env["TORCH_FL_PLUGINS"] = f"{DEFAULT_DEVICE}={LIBRARY}@1000"
+    result = Walkthrough(scratch, env)
+    try:
+        start = time.perf_counter()
+        for index, snippet in enumerate(E2E):
+            began = time.perf_counter()
+            proc = run_block(snippet, index, scratch, env)
+            result.steps.append(
+                Step(
+                    snippet, proc.returncode, proc.stdout, proc.stderr, time.perf_counter() - began
+                )
+            )
+            if proc.returncode != 0:
+                break  # later blocks build on this one
+            if snippet.argument == "first-tensor":
+                result.first_tensor_seconds = time.perf_counter() - start
+        yield result
+    finally:
+        uninstall()
+
+
+@pytest.mark.parametrize("index", range(len(E2E)), ids=[f"line{s.line}" for s in E2E])
+def test_guide_step(walkthrough: Walkthrough, index: int) -> None:
+    ran = walkthrough.steps
+    if index >= len(ran):
+        failed = ran[-1]
+        pytest.fail(f"{E2E[index].where()} did not run: an earlier block failed\n{failed.report()}")
+    step = ran[index]
+    assert step.returncode == 0, step.report()
+
+
+def test_first_tensor_on_the_new_device(
+    walkthrough: Walkthrough, capsys: pytest.CaptureFixture[str]
+) -> None:
+    step = next((s for s in walkthrough.steps if s.snippet.argument == "first-tensor"), None)
+    assert step is not None and step.returncode == 0, "the first-tensor block did not run or failed"
+    assert f"{DEFAULT_DEVICE}:0 12.0" in step.stdout, step.report()
+    assert walkthrough.first_tensor_seconds is not None
+    with capsys.disabled():
+        print(
+            f"\ncookiecutter to the first tensor on '{DEFAULT_DEVICE}:0' (build included): "
+            f"{walkthrough.first_tensor_seconds:.1f} s; per block: "
+            + ", ".join(f"line {s.snippet.line} {s.seconds:.1f} s" for s in walkthrough.steps)
+        )
+
+
+def installed_library(walkthrough: Walkthrough) -> Path:
+    assert len(walkthrough.steps) >= 3 and all(s.returncode == 0 for s in walkthrough.steps[:2]), (
+        "the plugin was not built and installed"
+    )
+    assert LIBRARY.is_file(), f"the installed plugin library is not at {LIBRARY}"
+    return LIBRARY
+
+
+def test_library_links_neither_libtorch_nor_libpython(walkthrough: Walkthrough) -> None:
+    library = installed_library(walkthrough)
+    ldd = subprocess.run(["ldd", str(library)], capture_output=True, text=True, check=True).stdout
+    linked = re.findall(r"lib(?:torch\w*|c10\w*|python[\d.]*)\.so\S*", ldd)
+    assert not linked, f"{library.name} links {linked}:\n{ldd}"
+    undefined = subprocess.run(
+        ["nm", "-D", "--undefined-only", str(library)], capture_output=True, text=True, check=True
+    ).stdout
+    foreign = [
+        line.split()[-1]
+        for line in undefined.splitlines()
+        if re.search(r"\b(_ZN3c10|_ZN2at|_ZN5torch|Py[A-Z_]|_Py)", line)
+    ]
+    assert not foreign, f"{library.name} needs torch or Python symbols: {foreign}"
+
+
+def test_library_exports_only_the_entry_point_and_symbol_kernels(walkthrough: Walkthrough) -> None:
+    library = installed_library(walkthrough)
+    defined = subprocess.run(
+        ["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True
+    ).stdout
+    names = {line.split()[-1] for line in defined.splitlines() if line.strip()}
+    names = {n.split("@")[0] for n in names}
+    extra = sorted(n for n in names if n != "TFL_GetPluginApi" and not n.startswith("torch_fl_op_"))
+    assert "TFL_GetPluginApi" in names and "torch_fl_op_mul_Tensor" in names, sorted(names)
+    assert not extra, f"{library.name} exports more than the ABI needs: {extra}"
+
+
+def autoloaded(env: dict[str, str]) -> tuple[str, str]:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import torch, torch_fl; h = torch_fl.get_plugin(); "
+                "print(h.name); print(', '.join(h.passed_over))"
+            ),
+        ],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    name, passed_over = proc.stdout.splitlines()[-2:]
+    return name, passed_over
+
+
+def test_autoload_chooses_by_priority(walkthrough: Walkthrough) -> None:
+    installed_library(walkthrough)
+    chosen, passed_over = autoloaded(walkthrough.env)
+    assert chosen == DEFAULT_DEVICE, (
+        f"TORCH_FL_PLUGINS gave {DEFAULT_DEVICE} priority 1000 but {chosen} loaded"
+    )
+    assert "flemu" in passed_over, f"flemu should be reported as not loaded, got {passed_over!r}"
+    # Without a selection both entry points have priority 0: one loads, the other is reported.
+    plain = {k: v for k, v in walkthrough.env.items() if k != "TORCH_FL_PLUGINS"}
+    chosen, passed_over = autoloaded(plain)
+    other = {"flemu": DEFAULT_DEVICE, DEFAULT_DEVICE: "flemu"}.get(chosen)
+    assert other is not None and other in passed_over, (
+        f"loaded {chosen!r}, not loaded {passed_over!r}"
+    )
+
+
+def test_plugin_spec_names_the_installed_library(walkthrough: Walkthrough) -> None:
+    library = installed_library(walkthrough)
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import {DEFAULT_PACKAGE} as p; print(p.plugin_spec())"],
+        env=walkthrough.env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    expected = {"name": DEFAULT_DEVICE, "library": str(library.resolve()), "priority": 0}
+    assert proc.returncode == 0 and proc.stdout.strip() == str(expected), (
+        proc.stdout,
+        proc.stderr,
+        expected,
+    )
+
+
+def test_ci_workflow_link_check_passes(walkthrough: Walkthrough) -> None:
+    installed_library(walkthrough)
+    workflow = yaml.safe_load(
+        (walkthrough.project / ".github" / "workflows" / "ci.yml").read_text()
+    )
+    (links,) = [s for s in workflow["jobs"]["smoke"]["steps"] if s.get("id") == "links"]
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", links["run"]],
+        cwd=walkthrough.project,
+        env=walkthrough.env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, (
+        f"the CI step '{links['name']}' failed:\n{proc.stdout}\n{proc.stderr}"
+    )
