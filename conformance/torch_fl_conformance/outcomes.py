@@ -27,7 +27,7 @@ def classify_report(when: str, outcome: str, wasxfail: bool, message: str) -> st
         return XFAIL if wasxfail else SKIP
     if outcome == "passed":
         return XPASS if wasxfail else PASS
-    if TIMEOUT_MARK in message[:400] or "Timeout >" in message[:400]:
+    if TIMEOUT_MARK in message or "Timeout >" in message:
         return TIMEOUT
     return FAIL if when == "call" else ERROR
 

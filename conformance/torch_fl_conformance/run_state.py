@@ -66,11 +66,15 @@ class RunState:
 
         worker = config.getoption("--torchfl-worker")
         plugin = config.getoption("--torchfl-plugin")
+        import torch_fl
+
         try:
             target = load_target(plugin)
         except NoPluginChosen as exc:
             raise pytest.UsageError(str(exc)) from None
-        import torch_fl
+        except torch_fl.PluginError as exc:
+            raise pytest.UsageError(f"the plugin {plugin!r} cannot be loaded: "
+                                    f"{type(exc).__name__}: {exc}") from None
 
         # The sweeps classify fallbacks through op_stats; warnings would only be noise.
         torch_fl.set_fallback_mode("silent")
@@ -185,7 +189,6 @@ class RunState:
             self.deselected = len(drop)
             self.config.hook.pytest_deselected(items=drop)
             items[:] = keep
-        self.order = [test_id(i) for i in items if is_suite_item(i)]
 
     def stale_expectations(self) -> list[dict[str, str]]:
         return [{"kind": e.kind, "id": e.id, "reason": e.reason} for e in self.expectations.stale()]
@@ -227,7 +230,7 @@ class RunState:
         res["duration_s"] += report.duration
         wasxfail = hasattr(report, "wasxfail")
         message, detail = _messages(report)
-        phase = outcomes.classify_report(report.when, report.outcome, wasxfail, detail or message)
+        phase = outcomes.classify_report(report.when, report.outcome, wasxfail, message)
         if report.when == "setup" and report.passed:
             return
         if report.when == "teardown":
@@ -259,6 +262,7 @@ class RunState:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._items = {i.nodeid: i for i in session.items if is_suite_item(i)}
+        self.order = [test_id(i) for i in self._items.values()]  # after -k and level
 
     def _emit(self, payload: dict[str, Any]) -> None:
         if self.worker_fds is not None:

@@ -24,9 +24,9 @@ class Bound:
 def _table() -> dict[str, Any]:
     text = resources.files("torch_fl_conformance").joinpath("tolerances.toml").read_text("utf-8")
     data = tomllib.loads(text)
-    for o in data.get("override", []):
+    for o in data.get("override", []) + data.get("compare_only", []):
         if not o.get("reason", "").strip():
-            raise ValueError(f"tolerances.toml: override for {o.get('op')} has no reason")
+            raise ValueError(f"tolerances.toml: entry for {o.get('op')} has no reason")
     return data
 
 
@@ -41,6 +41,14 @@ def tolerance(dtype: str, kind: str, op: str | None = None) -> Bound | None:
     if entry is None:
         return None
     return Bound(float(entry[kind]["atol"]), float(entry[kind]["rtol"]))
+
+
+def compared_outputs(op: str) -> list[int] | None:
+    """Positions of an operator's outputs to compare; None = all."""
+    for entry in _table().get("compare_only", []):
+        if entry["op"] == op:
+            return [int(i) for i in entry["outputs"]]
+    return None
 
 
 @dataclass

@@ -21,7 +21,7 @@ from torch_fl_conformance.report.schema import validate
 
 pytestmark = pytest.mark.slow
 
-SMOKE_SLICE = "test_load or test_api and (neg or relu or sum or mm) or test_copy_roundtrip"
+SMOKE_SLICE = "test_load or test_api and (neg or relu or mm) or test_copy_roundtrip"
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +29,10 @@ def clean(tmp_path_factory: pytest.TempPathFactory, flemu_library: str) -> Path:
     out = tmp_path_factory.mktemp("clean")
     r = run_cli("run", "--plugin", "flemu", "--level", "L0", "--report", str(out), "-j", "2",
                 "--", "-k", SMOKE_SLICE)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "level achieved: L0" in r.stdout, r.stdout
+    # A slice leaves most L0 requirements untested, so no level is claimed (status 1).
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "level achieved: none" in r.stdout and "not tested" in r.stdout, r.stdout
+    assert set(outcomes_of(load_report(out)).values()) == {"PASS"}, r.stdout
     return out
 
 
@@ -83,12 +85,12 @@ def test_clean_report_header_and_schema(clean: Path, flemu_library: str) -> None
 
 def test_html_markdown_junit(clean: Path) -> None:
     html = (clean / "report.html").read_text(encoding="utf-8")
-    assert "<svg" in html and "Level: L0" in html
+    assert "<svg" in html and "Level: none" in html
     assert "://" not in html, re.findall(r".{30}://.{30}", html)[:3]
     for resource in ("<script", "<link", "<img", "<iframe", "@import", "url("):
         assert resource not in html, resource
     md = (clean / "summary.md").read_text(encoding="utf-8")
-    assert "**Level achieved: L0**" in md, md[:300]
+    assert "**Level achieved: none**" in md, md[:300]
     root = ET.parse(clean / "junit.xml").getroot()
     cases = root.findall(".//testcase")
     assert len(cases) == len(load_report(clean)["tests"]), len(cases)
@@ -127,32 +129,34 @@ def test_crash_is_recorded_and_the_run_continues(clean: Path, tmp_path: Path) ->
     diff = run_cli("diff", str(clean / "report.json"), str(tmp_path / "report.json"))
     assert diff.returncode == 1, diff.stdout
     assert "test_api[neg-native]: PASS -> CRASH" in diff.stdout, diff.stdout
-    assert "level: L0 -> none" in diff.stdout, diff.stdout
+    assert "requirement TFL-SMOKE-006 (MUST): met -> not_met" in diff.stdout, diff.stdout
     same = run_cli("diff", str(clean / "report.json"), str(clean / "report.json"))
     assert same.returncode == 0 and "Regressions (0)" in same.stdout, same.stdout
 
 
 def test_hang_is_a_timeout(tmp_path: Path) -> None:
-    env = cli_env(FLEMU_SANITIZE="60000000", FLEMU_SANITIZE_SEED="1")
-    r = run_cli("run", "--plugin", "flemu", "--level", "L0", "--report", str(tmp_path),
-                "--timeout", "3", "--", "-k", "test_load or test_copy_roundtrip[float32]",
-                env=env)
+    env = cli_env(FLEMU_SANITIZE="1000000", FLEMU_SANITIZE_SEED="1")
+    # Every stream task of flemu is delayed by up to 1 s: 200 loop iterations of
+    # device work cannot finish in 3 s.
+    r = run_cli("run", "--plugin", "flemu", "--level", "L1", "--report", str(tmp_path),
+                "--timeout", "3", "--", "-k", "test_load or test_no_leak", env=env)
     assert r.returncode == 1, r.stdout + r.stderr
     got = outcomes_of(load_report(tmp_path))
     assert got == {"L0/test_smoke.py::test_load": "PASS",
-                   "L0/test_smoke.py::test_copy_roundtrip[float32]": "TIMEOUT"}, got
+                   "L1/test_memory.py::test_no_leak": "TIMEOUT"}, got
 
 
 def test_missing_capability_is_skipped_with_reason(tmp_path: Path) -> None:
     r = run_cli("run", "--plugin", "flemu", "--level", "L0", "--report", str(tmp_path),
                 "--", "-k", "test_allocate", env=cli_env(FLEMU_FP64="0"))
-    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.returncode == 1, r.stdout + r.stderr  # a slice claims no level
     report = load_report(tmp_path)
     tests = {t["id"]: t for t in report["tests"]}
     f64 = tests["L0/test_smoke.py::test_allocate[float64]"]
     assert (f64["outcome"], f64["message"]) == ("SKIP", "fp64 not advertised by flemu"), f64
     assert tests["L0/test_smoke.py::test_allocate[float32]"]["outcome"] == "PASS"
-    assert report["level"]["achieved"] == "L0", "a missing capability must not block a level"
+    status = {q["id"]: q["status"] for q in report["requirements"]}
+    assert status["TFL-SMOKE-004"] == "met", "a missing capability must not fail its requirement"
 
 
 def test_expectations_stale_entries_and_certify(tmp_path: Path) -> None:
@@ -211,7 +215,7 @@ def test_broken_plugin_report_shows_exactly_its_defects(tmp_path: Path,
     out = tmp_path / "rep"
     r = run_cli("run", "--plugin", f"broken={lib}", "--level", "L0", "--report", str(out),
                 "-j", "2", "--", "-k",
-                "test_load or test_api and (add or sub or neg or mul) or test_allocate",
+                "test_load or test_api and (sub or neg or mm) or test_allocate",
                 env=env)
     assert r.returncode == 1, r.stdout + r.stderr
     report = load_report(out)
