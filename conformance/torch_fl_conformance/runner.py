@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -30,6 +31,10 @@ from typing import IO, Any
 from torch_fl_conformance import outcomes
 from torch_fl_conformance.pytest_plugin import DEFAULT_SEED, DEFAULT_TIMEOUT, SUITE_DIR
 
+# Tests that share one evaluation (the checks of one op and dtype, of one model):
+# when one of them kills its worker, its siblings would too and are not re-run.
+_SHARED = re.compile(r"^(L1/test_opinfo\.py::test_op\[.+-[a-z0-9]+|L2/test_models\.py::"
+                     r"test_model\[.+)-[a-z_]+\]$")
 GRACE_S = 20.0  # beyond the per-test limit before the runner kills the worker
 MAX_RESTARTS = 200
 
@@ -266,6 +271,18 @@ def run(cfg: RunConfig) -> dict[str, Any]:
                     "message": why, "detail": w.log_tail(), "data": {},
                 }
                 progress.result(results[tid])
+            if w.current is not None and outcome == outcomes.CRASH:
+                shared = _SHARED.match(w.current[0])
+                for k in range(start, stop):
+                    sib = _SHARED.match(ids[k])
+                    if ids[k] not in results and shared and sib and \
+                            sib.group(1) == shared.group(1):
+                        results[ids[k]] = {
+                            "id": ids[k], "outcome": outcomes.CRASH, "duration_s": 0.0,
+                            "message": f"not re-run: it shares its evaluation with "
+                                       f"{w.current[0]}, which crashed the worker",
+                            "detail": "", "data": {}}
+                        progress.result(results[ids[k]])
             rest = [k for k in range(start, stop) if ids[k] not in results]
             if rest:
                 pending.appendleft((rest[0], stop))

@@ -64,10 +64,10 @@ def _split(failures: list[str]) -> dict[str, list[str]]:
     """check_parity's failures by the requirement they concern."""
     out: dict[str, list[str]] = {"parity": [], "no_fallback": [], "amp": []}
     for f in failures:
-        if f.startswith("operators not native"):
-            out["no_fallback"].append(f)
-        elif "AMP" in f:
+        if f.startswith("AMP"):
             out["amp"].append(f)
+        elif "operators not native" in f:
+            out["no_fallback"].append(f)
         else:
             out["parity"].append(f)
     return out
