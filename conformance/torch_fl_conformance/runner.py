@@ -291,64 +291,77 @@ def run(cfg: RunConfig) -> dict[str, Any]:
             restarts += 1
             spawn()
 
-    while workers:
-        for w in workers:
-            if w.chunk is None and w.collected is not None and w.alive:
-                if pending:
-                    w.chunk = pending.popleft()
-                    w.done_in_chunk = set()
-                    w.send({"cmd": "run", "range": list(w.chunk)})
-                else:
-                    w.send({"cmd": "quit"})
-                    w.chunk = (-1, -1)  # quitting
-        for key, _ in sel.select(timeout=0.5):
-            w = key.data
-            for ev in w.read_events():
-                kind = ev["event"]
-                if kind == "collected":
-                    if ev["sha"] != collected["sha"]:
-                        raise RunError(
-                            "workers collected different test lists; the suite's collection "
-                            "must be deterministic (check --torchfl-ops/--torchfl-models)"
-                        )
-                    w.collected = ev
-                elif kind == "start":
-                    w.current = (ev["id"], ev["t"])
-                elif kind == "result":
-                    ev.pop("event")
-                    results[ev["id"]] = ev
-                    w.current = None
-                    progress.result(ev)
-                elif kind == "chunk_done":
-                    w.chunk = None
-                    w.op_stats = ev["op_stats"]
-            if not w.alive:
-                code = w.proc.wait()
-                if w.chunk == (-1, -1):
-                    if w.op_stats:
-                        op_stats_done.append(w.op_stats)
-                    sel.unregister(w.events)
-                    workers.remove(w)
-                    w.close()
-                    continue
-                why = f"the worker process {_describe_exit(code)} during this test"
-                finish_worker(w, outcomes.CRASH, why)
-        now = time.time()
-        for w in workers:
-            if w.current is not None and now - w.current[1] > hard_limit:
-                w.proc.kill()
-                w.proc.wait()
-                why = (f"still running {hard_limit:.0f} s after it started (time limit "
-                       f"{cfg.timeout:g} s, and it did not respond to the soft timeout); "
-                       "the worker was killed")
-                finish_worker(w, outcomes.TIMEOUT, why)
-        progress.tick()
+    interrupted = False
+    try:
+        while workers:
+            for w in workers:
+                if w.chunk is None and w.collected is not None and w.alive:
+                    if pending:
+                        w.chunk = pending.popleft()
+                        w.done_in_chunk = set()
+                        w.send({"cmd": "run", "range": list(w.chunk)})
+                    else:
+                        w.send({"cmd": "quit"})
+                        w.chunk = (-1, -1)  # quitting
+            for key, _ in sel.select(timeout=0.5):
+                w = key.data
+                for ev in w.read_events():
+                    kind = ev["event"]
+                    if kind == "collected":
+                        if ev["sha"] != collected["sha"]:
+                            raise RunError(
+                                "workers collected different test lists; the suite's collection "
+                                "must be deterministic (check --torchfl-ops/--torchfl-models)"
+                            )
+                        w.collected = ev
+                    elif kind == "start":
+                        w.current = (ev["id"], ev["t"])
+                    elif kind == "result":
+                        ev.pop("event")
+                        results[ev["id"]] = ev
+                        w.current = None
+                        progress.result(ev)
+                    elif kind == "chunk_done":
+                        w.chunk = None
+                        w.op_stats = ev["op_stats"]
+                if not w.alive:
+                    code = w.proc.wait()
+                    if w.chunk == (-1, -1):
+                        if w.op_stats:
+                            op_stats_done.append(w.op_stats)
+                        sel.unregister(w.events)
+                        workers.remove(w)
+                        w.close()
+                        continue
+                    why = f"the worker process {_describe_exit(code)} during this test"
+                    finish_worker(w, outcomes.CRASH, why)
+            now = time.time()
+            for w in list(workers):  # noqa: PERF101 - finish_worker mutates it
+                if w.current is not None and now - w.current[1] > hard_limit:
+                    w.proc.kill()
+                    w.proc.wait()
+                    why = (f"still running {hard_limit:.0f} s after it started (time limit "
+                           f"{cfg.timeout:g} s, and it did not respond to the soft timeout); "
+                           "the worker was killed")
+                    finish_worker(w, outcomes.TIMEOUT, why)
+            progress.tick()
+    except KeyboardInterrupt:
+        # Ctrl-C: stop the workers and still write what was measured; the tests
+        # not finished are NOT_RUN and the report says the run was interrupted.
+        interrupted = True
+        for w in list(workers):  # noqa: PERF101 - copy: we close them
+            w.proc.kill()
+            w.proc.wait()
+            w.close()
+        print("\ninterrupted: writing a partial report", file=cfg.progress, flush=True)
     progress.finish()
 
     tests = []
     for tid in ids:
         res = results.get(tid) or {"id": tid, "outcome": outcomes.NOT_RUN, "duration_s": 0.0,
-                                   "message": "never started: the run stopped before it",
+                                   "message": "never started: the run was interrupted"
+                                   if interrupted else "never started: the run stopped "
+                                   "before it",
                                    "detail": "", "data": {}}
         tests.append({**meta[tid], **res, "id": tid})
     from torch_fl_conformance.report.build import build_report, merge_op_stats
