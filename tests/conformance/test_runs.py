@@ -139,7 +139,8 @@ def test_hang_is_a_timeout(tmp_path: Path) -> None:
     # Every stream task of flemu is delayed by up to 1 s: 200 loop iterations of
     # device work cannot finish in 3 s.
     r = run_cli("run", "--plugin", "flemu", "--level", "L1", "--report", str(tmp_path),
-                "--timeout", "3", "--", "-k", "test_load or test_no_leak", env=env)
+                "--timeout", "3", "--ops", "add", "--", "-k", "test_load or test_no_leak",
+                env=env)
     assert r.returncode == 1, r.stdout + r.stderr
     got = outcomes_of(load_report(tmp_path))
     assert got == {"L0/test_smoke.py::test_load": "PASS",

@@ -96,7 +96,12 @@ def _levels(reqs: list[dict[str, Any]], requested: str, partial: bool) -> dict[s
             chain = False
             continue
         blocking = [r for r in must if r["status"] not in ("met", "skipped")]
-        why = [f"{r['id']} {r['status'].replace('_', ' ')}: {r['why']}" for r in blocking]
+        why = [f"{r['id']} {r['status'].replace('_', ' ')}: {r['why']}" for r in blocking
+               if r["status"] != "not_tested"]
+        untested = [r["id"] for r in blocking if r["status"] == "not_tested"]
+        if untested:
+            why.append(f"{len(untested)} MUST requirement(s) not tested in this run: "
+                       + ", ".join(untested))
         met = not blocking
         if met:
             n_met = sum(r["status"] == "met" for r in must)
