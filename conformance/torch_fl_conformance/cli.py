@@ -59,6 +59,14 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="check that a report has not been altered")
     v.add_argument("report")
 
+    e = sub.add_parser("expect", help="draft an expectation file from a report's failures",
+                       description="Prints [[xfail]] entries for the tests a report shows "
+                                   "failing, each with the observed message as its reason. "
+                                   "SHOULD requirements only unless --include-must: a "
+                                   "certification refuses expected failures of MUST ones.")
+    e.add_argument("report")
+    e.add_argument("--include-must", action="store_true")
+
     q = sub.add_parser("requirements", help="print the requirement catalogue")
     q.add_argument("--format", choices=("md", "json"), default="md")
     return p
@@ -158,6 +166,32 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _toml_str(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+
+
+def cmd_expect(args: argparse.Namespace) -> int:
+    report = _load(args.report)
+    p = report["plugin"]
+    lines = [(f"# Expected failures of {p['plugin_name']} {p['version']}, drafted from the "
+              f"report of {report['run']['started']}"),
+             "# (torchfl-conformance expect). Review every reason.", ""]
+    bad = ("FAIL", "ERROR", "CRASH", "TIMEOUT", "XFAIL")
+    n = 0
+    for t in report["tests"]:
+        if t["outcome"] not in bad or (t["strength"] == "MUST" and not args.include_must):
+            continue
+        first = t["message"].splitlines()[0] if t.get("message") else "no message"
+        reason = (t.get("expectation") or {}).get("reason") or (
+            f"{t['outcome']} ({t['requirement']} {t['strength']}): {first}")
+        lines += ["[[xfail]]", f"id = {_toml_str(t['id'])}", f"reason = {_toml_str(reason[:300])}",
+                  ""]
+        n += 1
+    sys.stdout.write("\n".join(lines))
+    print(f"# {n} entries", file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_requirements(args: argparse.Namespace) -> int:
     from torch_fl_conformance.requirements import render_json, render_markdown
 
@@ -167,7 +201,7 @@ def cmd_requirements(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handler = {"run": cmd_run, "diff": cmd_diff, "verify": cmd_verify,
+    handler = {"run": cmd_run, "diff": cmd_diff, "verify": cmd_verify, "expect": cmd_expect,
                "requirements": cmd_requirements}[args.command]
     return handler(args)
 
