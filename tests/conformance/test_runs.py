@@ -8,6 +8,7 @@ import hashlib
 import json
 import re
 import subprocess
+import tomllib
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, cli_env, load_report, outcomes_of, run_cli
+from torch_fl_conformance.expectations import Expectations
 from torch_fl_conformance.pytest_plugin import SUITE_DIR
 from torch_fl_conformance.report.schema import validate
 
@@ -132,6 +134,11 @@ def test_crash_is_recorded_and_the_run_continues(clean: Path, tmp_path: Path) ->
     assert "requirement TFL-SMOKE-006 (MUST): met -> not_met" in diff.stdout, diff.stdout
     same = run_cli("diff", str(clean / "report.json"), str(clean / "report.json"))
     assert same.returncode == 0 and "Regressions (0)" in same.stdout, same.stdout
+    drafted = run_cli("expect", str(tmp_path / "report.json"))
+    exp = Expectations.parse(tomllib.loads(drafted.stdout))
+    assert [e.id for e in exp.entries] == ["L0/test_smoke.py::test_api[neg-native]"], \
+        drafted.stdout  # the SHOULD one; MUST failures are not drafted by default
+    assert "CRASH (TFL-SMOKE-007 SHOULD)" in exp.entries[0].reason
 
 
 def test_hang_is_a_timeout(tmp_path: Path) -> None:
