@@ -8,7 +8,6 @@ import hashlib
 import json
 import re
 import subprocess
-import tomllib
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 from conftest import ROOT, cli_env, load_report, outcomes_of, run_cli
 from torch_fl_conformance.expectations import Expectations
 from torch_fl_conformance.pytest_plugin import SUITE_DIR
