@@ -8,6 +8,7 @@
 #define TFL_BUILDING_PLUGIN 1
 #include "torch_fl/plugin_api.h"
 
+#include "comm/api.h"
 #include "errors.h"
 #include "graph/graph_api.h"
 #include "kernels/registry.h"
@@ -538,7 +539,7 @@ const TFL_GraphApi kGraph = {TFL_GraphApi_STRUCT_SIZE, Graph_Compile, Graph_Exec
 
 const TFL_Api kApi = {
     TFL_Api_STRUCT_SIZE, TFL_ABI_MAJOR, TFL_ABI_MINOR, &kCore, &kDevice, &kMemory, &kStream, &kKernels,
-    nullptr,  // collectives
+    &comm::kCollectivesApi,
     &kGraph,
     nullptr,  // tunables
 };

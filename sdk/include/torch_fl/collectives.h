@@ -11,6 +11,30 @@
  * Errors — including a peer that disappeared and a timeout — surface through
  * the stream's sticky error and TFL_Comm_GetAsyncError, never as a hang.
  * Buffers are contiguous device memory; counts are in elements.
+ *
+ * Rules every plugin and host follow (fixed in 1.0):
+ * - Order. Every rank enqueues the collectives of a communicator in the same
+ *   order. Send/Recv between two ranks are matched in the order they are
+ *   enqueued. A Send may wait until the peer's matching Recv runs, so a host
+ *   that posts sends and receives to each other from two ranks enqueues them
+ *   on different streams.
+ * - Timeouts. timeout_ms bounds Comm_Init and each later operation, measured
+ *   from when the operation starts running on its stream (time spent queued
+ *   behind other work does not count); 0 or less selects the plugin's default.
+ * - Errors. An operation that times out fails with TFL_ERR_TIMEOUT; one that
+ *   loses a peer (its process died, its connection broke) with
+ *   TFL_ERR_UNAVAILABLE, the message naming the rank ("rank 2
+ *   disconnected"); ranks that call different collectives or counts get
+ *   TFL_ERR_INVALID_ARGUMENT where the plugin can tell; after an abort,
+ *   TFL_ERR_ABORTED. After any such failure the communicator is broken: every
+ *   later operation on it fails with the same cause, and the host aborts it.
+ *   Plugins should make the other ranks fail promptly too rather than leave
+ *   them to their timeout.
+ * - count == 0 is valid and still a collective (buffers may then be NULL).
+ * - Reductions: TFL_REDUCE_AVG is the sum divided by the world size
+ *   (integers truncate toward zero). A dtype the plugin cannot reduce fails
+ *   at enqueue with TFL_ERR_UNIMPLEMENTED; data movement (all_gather,
+ *   broadcast, all_to_all, send/recv) takes any dtype.
  */
 #ifndef TORCH_FL_COLLECTIVES_H_
 #define TORCH_FL_COLLECTIVES_H_
@@ -57,7 +81,9 @@ typedef struct TFL_Comm_Init_Args {
 typedef TFL_Error* TFL_Comm_Init(TFL_Comm_Init_Args* args);
 
 /* Destroy completes pending work first; Abort cancels it (pending work fails
- * with TFL_ERR_ABORTED) and never blocks. */
+ * with TFL_ERR_ABORTED) and never blocks. Both release the handle: after
+ * either returns (even with an error) the caller must not use `comm` again,
+ * and never calls both on one communicator. */
 typedef struct TFL_Comm_Destroy_Args {
   size_t struct_size;
   TFL_Communicator* comm; /* in */
@@ -79,7 +105,13 @@ typedef TFL_Error* TFL_Comm_GetAsyncError(TFL_Comm_GetAsyncError_Args* args);
 
 /* all_reduce, reduce_scatter (recv_count elements per rank), all_gather
  * (count elements per rank) and broadcast share one argument struct; fields a
- * collective does not use are ignored. sendbuf == recvbuf means in place. */
+ * collective does not use are ignored. sendbuf == recvbuf means in place.
+ * all_gather: sendbuf holds count elements, recvbuf count * world_size; it is
+ * also in place when sendbuf is this rank's slot of recvbuf (recvbuf + rank *
+ * count elements). reduce_scatter: sendbuf holds count * world_size elements,
+ * recvbuf count; also in place when recvbuf is this rank's slot of sendbuf.
+ * broadcast: sendbuf is read on the root only; recvbuf is written on every
+ * rank (on the root too, when it differs from sendbuf). */
 typedef struct TFL_Comm_Collective_Args {
   size_t struct_size;
   TFL_Communicator* comm; /* in */
@@ -98,7 +130,11 @@ typedef TFL_Error* TFL_Comm_AllGather(TFL_Comm_Collective_Args* args);
 typedef TFL_Error* TFL_Comm_ReduceScatter(TFL_Comm_Collective_Args* args);
 typedef TFL_Error* TFL_Comm_Broadcast(TFL_Comm_Collective_Args* args);
 
-/* all_to_all with per-rank counts and displacements, in elements. */
+/* all_to_all with per-rank counts and displacements, in elements: this rank
+ * sends send_counts[p] elements starting at sendbuf + send_offsets[p] to rank
+ * p and receives recv_counts[p] from it at recvbuf + recv_offsets[p]. Counts
+ * may differ per rank and be 0; send_counts[rank] == recv_counts[rank]. The
+ * send and receive buffers must not overlap. */
 typedef struct TFL_Comm_AllToAll_Args {
   size_t struct_size;
   TFL_Communicator* comm;     /* in */
