@@ -14,6 +14,7 @@
 #include "kernels/registry.h"
 #include "runtime.h"
 #include "thread_pool.h"
+#include "tunables.h"
 
 namespace flemu {
 namespace {
@@ -541,7 +542,7 @@ const TFL_Api kApi = {
     TFL_Api_STRUCT_SIZE, TFL_ABI_MAJOR, TFL_ABI_MINOR, &kCore, &kDevice, &kMemory, &kStream, &kKernels,
     &comm::kCollectivesApi,
     &kGraph,
-    nullptr,  // tunables
+    &kTunablesApi,
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../thread_pool.h"
+#include "../tunables.h"
 #include "gemm.h"
 #include "launch.h"
 #include "registry.h"
@@ -130,10 +131,11 @@ C* scratch(std::vector<C>& v, size_t n) {
 // Cbuf[n x m] (row stride ldc) += alpha * A[n x k] * B[k x m].
 template <class T, class C, int MR, int NR>
 void gemm_accumulate(int64_t n, int64_t m, int64_t k, const Mat& A, const Mat& B, C alpha, C* cbuf, int64_t ldc,
-                     MicroFn<C> micro) {
-  constexpr int64_t KC = std::is_same_v<C, float> ? 256 : 192;
-  constexpr int64_t NC = NR * 64;
-  constexpr int64_t kMaxMC = MR * 24;
+                     MicroFn<C> micro, const GemmBlocking& blocking = {}) {
+  // A zero field keeps the built-in default (the tunables group sets them).
+  const int64_t KC = blocking.block_k > 0 ? blocking.block_k : std::is_same_v<C, float> ? 256 : 192;
+  const int64_t NC = NR * (blocking.block_n_tiles > 0 ? blocking.block_n_tiles : 64);
+  const int64_t kMaxMC = MR * (blocking.block_m_tiles > 0 ? blocking.block_m_tiles : 24);
   ThreadPool* pool = nullptr;
   int64_t mc_size = kMaxMC;
   // Threads pay off once the block work dwarfs a wake-up (tens of microseconds).
@@ -203,6 +205,7 @@ struct GemmJob {
   bool has_self = false;  // addmm with beta != 0
   Mat self{};             // broadcast to [n, m] (0 strides)
   double beta = 0.0, alpha = 1.0;
+  GemmBlocking blocking{};  // of the launching device; used by the fp32 compute path
 };
 
 template <class T>
@@ -238,13 +241,15 @@ void run_gemm(const GemmJob& job) {
 #if defined(__x86_64__)
     if (cpu_has_avx2_fma()) {
       if constexpr (std::is_same_v<C, float>)
-        gemm_accumulate<T, C, 6, 16>(n, m, job.k, job.a, job.b, alpha, cbuf, ldc, &micro_avx2<C, 6, 16>);
+        gemm_accumulate<T, C, 6, 16>(n, m, job.k, job.a, job.b, alpha, cbuf, ldc, &micro_avx2<C, 6, 16>,
+                                     job.blocking);
       else gemm_accumulate<T, C, 6, 8>(n, m, job.k, job.a, job.b, alpha, cbuf, ldc, &micro_avx2<C, 6, 8>);
     } else
 #endif
     {
       if constexpr (std::is_same_v<C, float>)
-        gemm_accumulate<T, C, 4, 8>(n, m, job.k, job.a, job.b, alpha, cbuf, ldc, &micro_baseline<C, 4, 8>);
+        gemm_accumulate<T, C, 4, 8>(n, m, job.k, job.a, job.b, alpha, cbuf, ldc, &micro_baseline<C, 4, 8>,
+                                    job.blocking);
       else gemm_accumulate<T, C, 4, 4>(n, m, job.k, job.a, job.b, alpha, cbuf, ldc, &micro_baseline<C, 4, 4>);
     }
   }
@@ -285,6 +290,7 @@ void launch_gemm(const Launch& L, const TensorArg& a, const TensorArg& b, const 
   job.out_cs = out.strides[1];
   job.alpha = alpha.to_double();
   job.beta = beta.to_double();
+  job.blocking = gemm_blocking(L.device());
   if (self && job.beta != 0.0) {
     if (self->ndim > 2) invalid_argument("self must have at most 2 dims, got ", self->ndim);
     // Broadcast self to [n, m] by right-aligning its dims.
@@ -310,6 +316,20 @@ void launch_gemm(const Launch& L, const TensorArg& a, const TensorArg& b, const 
 }
 
 }  // namespace
+
+void gemm_probe_f32(int64_t n, int64_t m, int64_t k, const float* a, const float* b, float* c,
+                    const GemmBlocking& blocking) {
+  for (int64_t i = 0; i < n * m; ++i) c[i] = 0.0f;
+  const Mat A{reinterpret_cast<const char*>(a), k, 1};
+  const Mat B{reinterpret_cast<const char*>(b), m, 1};
+#if defined(__x86_64__)
+  if (cpu_has_avx2_fma()) {
+    gemm_accumulate<float, float, 6, 16>(n, m, k, A, B, 1.0f, c, m, &micro_avx2<float, 6, 16>, blocking);
+    return;
+  }
+#endif
+  gemm_accumulate<float, float, 4, 8>(n, m, k, A, B, 1.0f, c, m, &micro_baseline<float, 4, 8>, blocking);
+}
 
 TFL_Error* kernel_mm(const TFL_Kernel_Args* args) {
   return run_kernel(args, kMm, [&](Launch& L) {

@@ -38,6 +38,7 @@ from torch_fl.op_stats import (
     reset_op_stats,
     set_fallback_mode,
 )
+from torch_fl.tooling.doctor import test_compatibility
 
 __version__ = "0.1.0"
 
@@ -74,6 +75,7 @@ __all__ = [
     "register_device_plugin",
     "reset_op_stats",
     "set_fallback_mode",
+    "test_compatibility",
 ]
 
 
