@@ -14,7 +14,7 @@
 namespace flemu {
 
 constexpr int kMaxLoopDims = 16;
-constexpr int kMaxOperands = 3;
+constexpr int kMaxOperands = 4;  // out plus up to three inputs (where, addcmul)
 
 struct LoopPlan {
   int32_t ndim = 0;  // >= 1 unless numel == 0

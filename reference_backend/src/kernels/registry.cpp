@@ -6,6 +6,7 @@
 #include "../errors.h"
 #include "launch.h"
 #include "nn_kernels.h"
+#include "tensor_kernels.h"
 
 namespace flemu {
 
@@ -64,6 +65,11 @@ const char* const kNames[] = {
     "aten::_fused_sgd_",
     "aten::_fused_sgd_.tensor_lr",
     // End of the neural-network kernels.
+    // Tensor kernels (tensor_kernels.h).
+#define FLEMU_TENSOR_KERNEL_NAME(id, name, fn, dtypes, flags) name,
+    FLEMU_TENSOR_KERNELS(FLEMU_TENSOR_KERNEL_NAME)
+#undef FLEMU_TENSOR_KERNEL_NAME
+    // End of the tensor kernels.
 };
 
 static_assert(sizeof(kNames) / sizeof(kNames[0]) == kNumKernels,
@@ -154,6 +160,14 @@ const Entry kEntries[] = {
     {kFusedSgd, kernel_fused_sgd, kFloats, TFL_KERNEL_NO_DERIVED_VARIANTS},
     {kFusedSgdTensorLr, kernel_fused_sgd_tensor_lr, kFloats, TFL_KERNEL_NO_DERIVED_VARIANTS},
     // End of the neural-network kernels.
+    // Tensor kernels (tensor_kernels.h). abs and maximum also have float32
+    // symbol-convention kernels; these table entries cover every dtype and win.
+    {kAbs, kernel_abs_table, kInts | kFloats, 0},
+    {kMaximum, kernel_maximum_table, kAll, kElementwise},
+#define FLEMU_TENSOR_KERNEL_ENTRY(id, name, fn, dtypes, flags) {id, fn, dtypes, flags},
+    FLEMU_TENSOR_KERNELS(FLEMU_TENSOR_KERNEL_ENTRY)
+#undef FLEMU_TENSOR_KERNEL_ENTRY
+    // End of the tensor kernels.
 };
 constexpr size_t kNumEntries = sizeof(kEntries) / sizeof(kEntries[0]);
 

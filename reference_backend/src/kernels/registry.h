@@ -7,6 +7,7 @@
 #include <string>
 
 #include "../config.h"
+#include "tensor_kernels.h"
 #include "torch_fl/kernel.h"
 
 namespace flemu {
@@ -81,6 +82,12 @@ enum KernelId : int32_t {
   kFusedSgd,
   kFusedSgdTensorLr,
   // End of the neural-network kernels.
+  // Tensor kernels (tensor_kernels.h): elementwise math, activations,
+  // comparisons, matmul family, softmax, losses, indexing, reductions, LSTM.
+#define FLEMU_TENSOR_KERNEL_ID(id, name, fn, dtypes, flags) id,
+  FLEMU_TENSOR_KERNELS(FLEMU_TENSOR_KERNEL_ID)
+#undef FLEMU_TENSOR_KERNEL_ID
+  // End of the tensor kernels.
   kNumKernels
 };
 

@@ -1,0 +1,111 @@
+"""A training step of ResNet-18 and of the BERT-style encoder (the zoo's
+models) on flemu against the same step on the CPU, in the same run.
+
+Reported (ratios of medians, and in .benchmarks/training_step.json):
+
+- step time, flemu / CPU, per model (issue target: <= 2.5x). flemu's kernels
+  run on the same host cores as PyTorch's CPU kernels, so the ratio is the
+  price of the device model (bridge, streams, emulated memory) plus any
+  kernel that is slower than ATen's.
+- the share of a flemu step spent outside plugin kernels, two ways:
+  * bridge share: host time inside the bridge's op path (op_stats time_ns:
+    meta lookup, allocation, argument marshalling, launch; kernels run
+    asynchronously on the stream and are not included) / step wall time;
+  * host issue share: wall time until the host has issued the whole step
+    (forward, backward, optimizer; nothing in it synchronizes) / step wall
+    time including the final synchronize — an upper bound that adds the
+    dispatcher, autograd and Python to the bridge (issue target: <= 5%).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch_fl
+from torch_fl_conformance.zoo import get_model
+
+MODELS = ("resnet18", "bert_mlm")
+ROUNDS = 5
+_results: dict[str, dict[str, Any]] = {}
+
+
+class _Trainer:
+    def __init__(self, name: str, device: str) -> None:
+        self.spec = get_model(name)
+        self.device = torch.device(device)
+        torch.manual_seed(0)
+        self.model = self.spec.build().to(self.device).train()
+        self.opt = self.spec.make_optimizer(self.model.parameters(), self.device.type)
+        inputs, target = self.spec.make_batch(0)
+        self.inputs = tuple(t.to(self.device) for t in inputs)
+        self.target = target.to(self.device)
+        for _ in range(2):  # warm-up: output metadata caches, allocator pools
+            self.issue()
+            self.sync()
+
+    def issue(self) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        self.spec.loss_fn(self.model, self.inputs, self.target).backward()
+        self.opt.step()
+
+    def sync(self) -> None:
+        if self.device.type != "cpu":
+            torch.flemu.synchronize()
+
+    def step(self) -> None:
+        self.issue()
+        self.sync()
+
+
+def _record(name: str, key: str, value: float) -> None:
+    _results.setdefault(name, {})[key] = value
+    out = Path(__file__).resolve().parents[1] / ".benchmarks" / "training_step.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(_results, indent=2))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_step_cpu(benchmark, name: str) -> None:
+    trainer = _Trainer(name, "cpu")
+    benchmark.pedantic(trainer.step, rounds=ROUNDS, iterations=1)
+    _record(name, "cpu_step_s", benchmark.stats.stats.median)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_step_flemu(benchmark, name: str) -> None:
+    assert torch_fl.get_plugin() is not None, "the benchmark needs the flemu plugin"
+    trainer = _Trainer(name, "flemu")
+    benchmark.extra_info.update(baseline=f"test_step_cpu[{name}]", target=2.5)
+    with torch_fl.fallback_mode("error"), torch_fl.op_stats_scope() as scope:
+        benchmark.pedantic(trainer.step, rounds=ROUNDS, iterations=1)
+    median = benchmark.stats.stats.median
+    _record(name, "flemu_step_s", median)
+    cpu = _results.get(name, {}).get("cpu_step_s")
+    if cpu:
+        _record(name, "flemu_over_cpu", median / cpu)
+
+    totals = scope.table.totals()
+    assert totals.cpu_fallback == 0 and totals.failed == 0, scope.table
+    bridge_s = totals.time_ns / 1e9 / ROUNDS
+    _record(name, "bridge_share", bridge_s / median)
+    _record(name, "native_calls_per_step", totals.native / ROUNDS)
+
+    issue, full = [], []
+    for _ in range(ROUNDS):
+        trainer.sync()
+        start = time.perf_counter()
+        trainer.issue()
+        issued = time.perf_counter()
+        trainer.sync()
+        done = time.perf_counter()
+        issue.append(issued - start)
+        full.append(done - start)
+    issue.sort()
+    full.sort()
+    _record(name, "host_issue_share", issue[ROUNDS // 2] / full[ROUNDS // 2])
+    benchmark.extra_info.update({k: v for k, v in _results[name].items()})

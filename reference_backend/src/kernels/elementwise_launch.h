@@ -1,0 +1,73 @@
+// Launching typed elementwise kernels: read the operands, check they share
+// the output's dtype, plan the loop and enqueue a map_loop for the dtype.
+// Used by the math, activation and comparison kernels.
+#ifndef FLEMU_KERNELS_ELEMENTWISE_LAUNCH_H_
+#define FLEMU_KERNELS_ELEMENTWISE_LAUNCH_H_
+
+#include <cstring>
+#include <string>
+
+#include "launch.h"
+#include "map_loop.h"
+
+namespace flemu {
+
+// A call this kernel does not serve: the host runs it through its fallback chain.
+template <class... Parts>
+[[noreturn]] void decline(Parts&&... parts) {
+  throw_error(TFL_ERR_UNIMPLEMENTED, cat(std::forward<Parts>(parts)...));
+}
+
+// A str argument (e.g. gelu's approximate); `fallback` when absent.
+inline std::string string_arg(const Launch& L, size_t i, const char* what, const char* fallback) {
+  if (!L.has_input(i)) return fallback;
+  const TFL_Value& v = L.input(i, what);
+  if (v.tag != TFL_VALUE_STRING) invalid_argument("argument ", i, " (", what, ") must be a string, got tag ", v.tag);
+  return std::string(v.v.str.data, v.v.str.size);
+}
+
+// Declines unless every operand has the output's dtype (the host promotes
+// inputs of kernels flagged TFL_KERNEL_PROMOTE_INPUTS; an out= tensor of
+// another dtype arrives as a temporary of the result dtype).
+inline void require_same_dtype(const char* op, const TensorArg& out, std::initializer_list<const TensorArg*> ins) {
+  for (const TensorArg* t : ins)
+    if (t->dtype != out.dtype)
+      decline(op, ": operands of dtype ", dtype_name(t->dtype), " and ", dtype_name(out.dtype),
+              " (this kernel computes in one dtype)");
+}
+
+// out = f(self) for floating dtypes; f takes and returns the compute type.
+template <class F>
+void launch_float_unary(const Launch& L, const char* op, F f) {
+  const TensorArg self = L.input_tensor(0, "self"), out = L.output(0, "out");
+  require_same_dtype(op, out, {&self});
+  const LoopPlan plan = plan_over({&out, &self});
+  if (plan.numel == 0) return;
+  dispatch_floating(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    L.enqueue([plan, f] { map_loop<T, T>(plan, f); });
+  });
+}
+
+// out = f(a, b) for floating dtypes, a and b the first two tensor inputs.
+template <class F>
+void launch_float_binary(const Launch& L, const char* op, F f) {
+  const TensorArg a = L.input_tensor(0, "input 0"), b = L.input_tensor(1, "input 1"), out = L.output(0, "out");
+  require_same_dtype(op, out, {&a, &b});
+  const LoopPlan plan = plan_over({&out, &a, &b});
+  if (plan.numel == 0) return;
+  dispatch_floating(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    L.enqueue([plan, f] { map_loop<T, T, T>(plan, f); });
+  });
+}
+
+// A Scalar in compute type C.
+template <class C>
+C scalar_as(const ScalarArg& s) {
+  return s.as<C>();
+}
+
+}  // namespace flemu
+
+#endif  // FLEMU_KERNELS_ELEMENTWISE_LAUNCH_H_

@@ -1,0 +1,310 @@
+// Elementwise math: exp/log/log1p/sqrt/rsqrt/reciprocal/sin/cos/erf/sign,
+// pow (three overloads), clamp (scalar and tensor bounds), minimum/maximum,
+// abs for every dtype, and the optimizer helpers addcmul/addcdiv/lerp.
+// fp16/bf16 compute in float32.
+#include <cmath>
+
+#include "elementwise_launch.h"
+#include "elementwise_ops.h"
+#include "registry.h"
+#include "tensor_kernels.h"
+
+namespace flemu {
+namespace {
+
+template <class C>
+C maximum_of(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (a != a) return a;  // NaN propagates from either side
+    if (b != b) return b;
+  }
+  return a > b ? a : b;
+}
+
+template <class C>
+C minimum_of(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (a != a) return a;
+    if (b != b) return b;
+  }
+  return a < b ? a : b;
+}
+
+// pow with the exponent's common special cases made exact and fast.
+template <class C>
+C pow_of(C base, C e) {
+  if (e == C(2)) return base * base;
+  if (e == C(1)) return base;
+  if (e == C(0.5)) return std::sqrt(base);
+  if (e == C(-1)) return C(1) / base;
+  if (e == C(3)) return base * base * base;
+  return std::pow(base, e);
+}
+
+template <class F>
+TFL_Error* unary(const TFL_Kernel_Args* args, int32_t id, const char* op, F f) {
+  return run_kernel(args, id, [&](Launch& L) { launch_float_unary(L, op, f); });
+}
+
+// clamp(self, min, max) where either bound may be absent; a NaN bound makes NaN.
+template <class C>
+C clamp_of(C x, bool has_lo, C lo, bool has_hi, C hi) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (x != x) return x;
+    if (has_lo && lo != lo) return lo;
+    if (has_hi && hi != hi) return hi;
+  }
+  if (has_lo && x < lo) x = lo;
+  if (has_hi && x > hi) x = hi;
+  return x;
+}
+
+void launch_clamp(const Launch& L, bool has_lo, const ScalarArg& lo, bool has_hi, const ScalarArg& hi) {
+  const TensorArg self = L.input_tensor(0, "self"), out = L.output(0, "out");
+  require_same_dtype("clamp", out, {&self});
+  if (self.dtype == TFL_DTYPE_BOOL) decline("clamp of a bool tensor");
+  const LoopPlan plan = plan_over({&out, &self});
+  if (plan.numel == 0) return;
+  dispatch_dtype(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    const C l = has_lo ? lo.as<C>() : C(0), h = has_hi ? hi.as<C>() : C(0);
+    L.enqueue([plan, has_lo, l, has_hi, h] {
+      map_loop<T, T>(plan, [=](C x) { return clamp_of<C>(x, has_lo, l, has_hi, h); });
+    });
+  });
+}
+
+}  // namespace
+
+TFL_Error* kernel_exp(const TFL_Kernel_Args* a) {
+  return unary(a, kExp, "exp", [](auto x) { return std::exp(x); });
+}
+TFL_Error* kernel_log(const TFL_Kernel_Args* a) {
+  return unary(a, kLog, "log", [](auto x) { return std::log(x); });
+}
+TFL_Error* kernel_log1p(const TFL_Kernel_Args* a) {
+  return unary(a, kLog1p, "log1p", [](auto x) { return std::log1p(x); });
+}
+TFL_Error* kernel_sqrt(const TFL_Kernel_Args* a) {
+  return unary(a, kSqrt, "sqrt", [](auto x) { return std::sqrt(x); });
+}
+TFL_Error* kernel_rsqrt(const TFL_Kernel_Args* a) {
+  return unary(a, kRsqrt, "rsqrt", [](auto x) { return decltype(x)(1) / std::sqrt(x); });
+}
+TFL_Error* kernel_reciprocal(const TFL_Kernel_Args* a) {
+  return unary(a, kReciprocal, "reciprocal", [](auto x) { return decltype(x)(1) / x; });
+}
+TFL_Error* kernel_sin(const TFL_Kernel_Args* a) {
+  return unary(a, kSin, "sin", [](auto x) { return std::sin(x); });
+}
+TFL_Error* kernel_cos(const TFL_Kernel_Args* a) {
+  return unary(a, kCos, "cos", [](auto x) { return std::cos(x); });
+}
+TFL_Error* kernel_erf(const TFL_Kernel_Args* a) {
+  return unary(a, kErf, "erf", [](auto x) { return std::erf(x); });
+}
+
+TFL_Error* kernel_sign(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kSign, [&](Launch& L) {
+    const TensorArg self = L.input_tensor(0, "self"), out = L.output(0, "out");
+    require_same_dtype("sign", out, {&self});
+    const LoopPlan plan = plan_over({&out, &self});
+    if (plan.numel == 0) return;
+    dispatch_dtype(out.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      L.enqueue([plan] {
+        map_loop<T, T>(plan, [](C x) {
+          if constexpr (std::is_floating_point_v<C>)
+            if (x != x) return x;
+          return static_cast<C>((C(0) < x) - (x < C(0)));
+        });
+      });
+    });
+  });
+}
+
+TFL_Error* kernel_abs_table(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kAbs, [&](Launch& L) {
+    const TensorArg self = L.input_tensor(0, "self"), out = L.output(0, "out");
+    require_same_dtype("abs", out, {&self});
+    const LoopPlan plan = plan_over({&out, &self});
+    if (plan.numel == 0) return;
+    dispatch_dtype(out.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      if constexpr (std::is_same_v<T, bool>) {
+        decline("abs of a bool tensor (PyTorch does not define it)");
+      } else if constexpr (std::is_floating_point_v<C>) {
+        L.enqueue([plan] { map_loop<T, T>(plan, [](C x) { return std::fabs(x); }); });
+      } else {
+        // Integers wrap (abs of the minimum stays the minimum), as on the CPU.
+        L.enqueue([plan] { map_loop<T, T>(plan, [](C x) { return x < 0 ? sub_wrap(C(0), x) : x; }); });
+      }
+    });
+  });
+}
+
+TFL_Error* kernel_pow_tensor_scalar(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kPowTensorScalar, [&](Launch& L) {
+    const double e = L.scalar(1, "exponent").to_double();
+    launch_float_unary(L, "pow", [e](auto x) {
+      using C = decltype(x);
+      return pow_of<C>(x, static_cast<C>(e));
+    });
+  });
+}
+
+TFL_Error* kernel_pow_tensor_tensor(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kPowTensorTensor, [&](Launch& L) {
+    launch_float_binary(L, "pow", [](auto b, auto e) { return pow_of<decltype(b)>(b, e); });
+  });
+}
+
+TFL_Error* kernel_pow_scalar(const TFL_Kernel_Args* args) {
+  // pow(Scalar self, Tensor exponent)
+  return run_kernel(args, kPowScalar, [&](Launch& L) {
+    const double base = L.scalar(0, "self").to_double();
+    const TensorArg e = L.input_tensor(1, "exponent"), out = L.output(0, "out");
+    require_same_dtype("pow", out, {&e});
+    const LoopPlan plan = plan_over({&out, &e});
+    if (plan.numel == 0) return;
+    dispatch_floating(out.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      const C b = static_cast<C>(base);
+      L.enqueue([plan, b] { map_loop<T, T>(plan, [b](C x) { return b == C(2) ? std::exp2(x) : std::pow(b, x); }); });
+    });
+  });
+}
+
+TFL_Error* kernel_clamp(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kClamp, [&](Launch& L) {
+    const bool has_lo = L.has_input(1), has_hi = L.has_input(2);
+    if (!has_lo && !has_hi) invalid_argument("clamp: at least one of min or max must not be None");
+    const ScalarArg lo = has_lo ? L.scalar(1, "min") : ScalarArg{};
+    const ScalarArg hi = has_hi ? L.scalar(2, "max") : ScalarArg{};
+    launch_clamp(L, has_lo, lo, has_hi, hi);
+  });
+}
+
+TFL_Error* kernel_clamp_min(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kClampMin, [&](Launch& L) { launch_clamp(L, true, L.scalar(1, "min"), false, ScalarArg{}); });
+}
+
+TFL_Error* kernel_clamp_max(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kClampMax, [&](Launch& L) { launch_clamp(L, false, ScalarArg{}, true, L.scalar(1, "max")); });
+}
+
+TFL_Error* kernel_clamp_tensor(const TFL_Kernel_Args* args) {
+  // clamp.Tensor(self, Tensor? min, Tensor? max): bounds broadcast to self.
+  return run_kernel(args, kClampTensor, [&](Launch& L) {
+    const TensorArg self = L.input_tensor(0, "self"), out = L.output(0, "out");
+    const bool has_lo = L.has_input(1), has_hi = L.has_input(2);
+    if (!has_lo && !has_hi) invalid_argument("clamp: at least one of min or max must not be None");
+    if (self.dtype == TFL_DTYPE_BOOL) decline("clamp of a bool tensor");
+    // An absent bound is replaced by self itself, which never clamps.
+    const TensorArg lo = has_lo ? L.input_tensor(1, "min") : self;
+    const TensorArg hi = has_hi ? L.input_tensor(2, "max") : self;
+    require_same_dtype("clamp", out, {&self, &lo, &hi});
+    const LoopPlan plan = plan_over({&out, &self, &lo, &hi});
+    if (plan.numel == 0) return;
+    dispatch_dtype(out.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      L.enqueue([plan, has_lo, has_hi] {
+        map_loop<T, T, T, T>(plan, [=](C x, C l, C h) { return clamp_of<C>(x, has_lo, l, has_hi, h); });
+      });
+    });
+  });
+}
+
+namespace {
+
+template <bool kMax>
+void launch_min_max(const Launch& L) {
+  const TensorArg a = L.input_tensor(0, "self"), b = L.input_tensor(1, "other"), out = L.output(0, "out");
+  require_same_dtype(kMax ? "maximum" : "minimum", out, {&a, &b});
+  const LoopPlan plan = plan_over({&out, &a, &b});
+  if (plan.numel == 0) return;
+  dispatch_dtype(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    L.enqueue([plan] {
+      map_loop<T, T, T>(plan, [](C x, C y) { return kMax ? maximum_of<C>(x, y) : minimum_of<C>(x, y); });
+    });
+  });
+}
+
+}  // namespace
+
+TFL_Error* kernel_maximum_table(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kMaximum, [&](Launch& L) { launch_min_max<true>(L); });
+}
+
+TFL_Error* kernel_minimum(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kMinimum, [&](Launch& L) { launch_min_max<false>(L); });
+}
+
+namespace {
+
+// addcmul/addcdiv(self, tensor1, tensor2, *, value): self + value * t1 (*|/) t2.
+template <bool kDiv>
+void launch_addc(const Launch& L) {
+  const TensorArg self = L.input_tensor(0, "self"), t1 = L.input_tensor(1, "tensor1"),
+                  t2 = L.input_tensor(2, "tensor2"), out = L.output(0, "out");
+  const ScalarArg value = L.scalar_or(3, 1, "value");
+  require_same_dtype(kDiv ? "addcdiv" : "addcmul", out, {&self, &t1, &t2});
+  const LoopPlan plan = plan_over({&out, &self, &t1, &t2});
+  if (plan.numel == 0) return;
+  dispatch_floating(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    const C v = value.as<C>();
+    L.enqueue([plan, v] {
+      map_loop<T, T, T, T>(plan, [v](C s, C a, C b) { return kDiv ? s + v * (a / b) : s + v * (a * b); });
+    });
+  });
+}
+
+// lerp: self + weight * (end - self), computed from whichever end is nearer
+// for |weight| >= 0.5 so that weight == 1 gives `end` exactly (as ATen does).
+template <class C>
+C lerp_of(C s, C e, C w) {
+  return std::abs(w) < C(0.5) ? s + w * (e - s) : e - (e - s) * (C(1) - w);
+}
+
+}  // namespace
+
+TFL_Error* kernel_addcmul(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kAddcmul, [&](Launch& L) { launch_addc<false>(L); });
+}
+
+TFL_Error* kernel_addcdiv(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kAddcdiv, [&](Launch& L) { launch_addc<true>(L); });
+}
+
+TFL_Error* kernel_lerp_scalar(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kLerpScalar, [&](Launch& L) {
+    const double w = L.scalar(2, "weight").to_double();
+    launch_float_binary(L, "lerp", [w](auto s, auto e) { return lerp_of<decltype(s)>(s, e, static_cast<decltype(s)>(w)); });
+  });
+}
+
+TFL_Error* kernel_lerp_tensor(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kLerpTensor, [&](Launch& L) {
+    const TensorArg self = L.input_tensor(0, "self"), end = L.input_tensor(1, "end"),
+                    weight = L.input_tensor(2, "weight"), out = L.output(0, "out");
+    require_same_dtype("lerp", out, {&self, &end, &weight});
+    const LoopPlan plan = plan_over({&out, &self, &end, &weight});
+    if (plan.numel == 0) return;
+    dispatch_floating(out.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      L.enqueue([plan] { map_loop<T, T, T, T>(plan, [](C s, C e, C w) { return lerp_of<C>(s, e, w); }); });
+    });
+  });
+}
+
+}  // namespace flemu

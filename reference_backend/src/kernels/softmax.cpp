@@ -1,0 +1,215 @@
+// _softmax / _log_softmax and their backward kernels over any dim of a dense
+// tensor. A tensor is seen as [outer, D, inner] around the softmax dim: when
+// inner == 1 every row is contiguous; otherwise a block of `inner` columns is
+// reduced together so the loads stay sequential. fp16/bf16 accumulate in
+// float32; half_to_float (fp16/bf16 in, float32 out) is supported.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "../thread_pool.h"
+#include "elementwise_launch.h"
+#include "registry.h"
+#include "tensor_kernels.h"
+
+namespace flemu {
+namespace {
+
+template <class T>
+using sm_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+struct Shape3 {
+  int64_t outer = 1, d = 1, inner = 1;
+};
+
+Shape3 around_dim(const TensorArg& t, int64_t dim, const char* op) {
+  const int64_t nd = std::max<int64_t>(t.ndim, 1);
+  if (dim < -nd || dim >= nd) invalid_argument(op, ": dim ", dim, " is out of range for a tensor with ", t.ndim, " dims");
+  if (dim < 0) dim += nd;
+  Shape3 s;
+  for (int32_t i = 0; i < t.ndim; ++i) {
+    if (i < dim) s.outer *= t.sizes[i];
+    else if (i == dim) s.d = t.sizes[i];
+    else s.inner *= t.sizes[i];
+  }
+  return s;
+}
+
+// Splits [0, n) units of `cost` elements each over the pool when large.
+template <class Fn>
+void parallel_units(int64_t n, int64_t cost, Fn&& fn) {
+  constexpr int64_t kGrain = int64_t{1} << 14;  // elements per task
+  const int64_t per = std::max<int64_t>(1, kGrain / std::max<int64_t>(cost, 1));
+  const int64_t tasks = (n + per - 1) / per;
+  if (tasks <= 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  ThreadPool::instance().parallel_for(tasks, [&](int64_t t) { fn(t * per, std::min(n, (t + 1) * per)); });
+}
+
+enum class Kind { Softmax, LogSoftmax };
+
+// Forward over one [D, inner] block; acc has room for max(D, 2 * inner) values.
+template <class Ti, class To, Kind kind>
+void forward_block(const Ti* in, To* out, int64_t D, int64_t inner, sm_t<Ti>* acc) {
+  using C = sm_t<Ti>;
+  if (inner == 1) {
+    C mx = -std::numeric_limits<C>::infinity();
+    for (int64_t j = 0; j < D; ++j) mx = std::max<C>(mx, static_cast<C>(in[j]));
+    if (std::isinf(mx) && mx < 0) mx = 0;  // an all -inf row: exp gives 0, no NaN from inf - inf
+    C sum = 0;
+    if constexpr (kind == Kind::Softmax) {
+      for (int64_t j = 0; j < D; ++j) {
+        acc[j] = std::exp(static_cast<C>(in[j]) - mx);
+        sum += acc[j];
+      }
+      const C inv = C(1) / sum;
+      for (int64_t j = 0; j < D; ++j) out[j] = convert<To>(acc[j] * inv);
+    } else {
+      for (int64_t j = 0; j < D; ++j) sum += std::exp(static_cast<C>(in[j]) - mx);
+      const C lse = mx + std::log(sum);
+      for (int64_t j = 0; j < D; ++j) out[j] = convert<To>(static_cast<C>(in[j]) - lse);
+    }
+    return;
+  }
+  C* mx = acc;
+  C* sum = acc + inner;
+  std::fill(mx, mx + inner, -std::numeric_limits<C>::infinity());
+  std::fill(sum, sum + inner, C(0));
+  for (int64_t j = 0; j < D; ++j)
+    for (int64_t i = 0; i < inner; ++i) mx[i] = std::max<C>(mx[i], static_cast<C>(in[j * inner + i]));
+  for (int64_t i = 0; i < inner; ++i)
+    if (std::isinf(mx[i]) && mx[i] < 0) mx[i] = 0;
+  for (int64_t j = 0; j < D; ++j)
+    for (int64_t i = 0; i < inner; ++i) sum[i] += std::exp(static_cast<C>(in[j * inner + i]) - mx[i]);
+  if constexpr (kind == Kind::Softmax) {
+    for (int64_t i = 0; i < inner; ++i) sum[i] = C(1) / sum[i];
+    for (int64_t j = 0; j < D; ++j)
+      for (int64_t i = 0; i < inner; ++i)
+        out[j * inner + i] = convert<To>(std::exp(static_cast<C>(in[j * inner + i]) - mx[i]) * sum[i]);
+  } else {
+    for (int64_t i = 0; i < inner; ++i) sum[i] = mx[i] + std::log(sum[i]);
+    for (int64_t j = 0; j < D; ++j)
+      for (int64_t i = 0; i < inner; ++i) out[j * inner + i] = convert<To>(static_cast<C>(in[j * inner + i]) - sum[i]);
+  }
+}
+
+// Backward over one block. Softmax: gi = y * (g - sum(g * y));
+// LogSoftmax: gi = g - exp(y) * sum(g). acc has room for inner values.
+template <class Ti, class To, Kind kind>
+void backward_block(const Ti* g, const Ti* y, To* gi, int64_t D, int64_t inner, sm_t<Ti>* acc) {
+  using C = sm_t<Ti>;
+  std::fill(acc, acc + inner, C(0));
+  for (int64_t j = 0; j < D; ++j)
+    for (int64_t i = 0; i < inner; ++i) {
+      const C gv = static_cast<C>(g[j * inner + i]);
+      acc[i] += kind == Kind::Softmax ? gv * static_cast<C>(y[j * inner + i]) : gv;
+    }
+  for (int64_t j = 0; j < D; ++j)
+    for (int64_t i = 0; i < inner; ++i) {
+      const C gv = static_cast<C>(g[j * inner + i]), yv = static_cast<C>(y[j * inner + i]);
+      gi[j * inner + i] = convert<To>(kind == Kind::Softmax ? yv * (gv - acc[i]) : gv - std::exp(yv) * acc[i]);
+    }
+}
+
+void require_dense(const TensorArg& t, const char* op, const char* what) {
+  if (!t.is_contiguous()) invalid_argument(op, ": ", what, " must be contiguous (the kernel asks the host for dense operands)");
+}
+
+template <Kind kind>
+TFL_Error* softmax_forward(const TFL_Kernel_Args* args, int32_t id, const char* op) {
+  // _softmax(self, dim, half_to_float) / _log_softmax(...)
+  return run_kernel(args, id, [&](Launch& L) {
+    const TensorArg self = L.input_tensor(0, "self"), out = L.output(0, "out");
+    const int64_t dim = L.scalar(1, "dim").to_int();
+    require_dense(self, op, "self");
+    require_dense(out, op, "out");
+    const bool widen = out.dtype != self.dtype;
+    if (widen && !(out.dtype == TFL_DTYPE_FLOAT32 &&
+                   (self.dtype == TFL_DTYPE_FLOAT16 || self.dtype == TFL_DTYPE_BFLOAT16)))
+      decline(op, " from ", dtype_name(self.dtype), " to ", dtype_name(out.dtype));
+    if (out.numel != self.numel) invalid_argument(op, ": out has ", out.numel, " elements, self ", self.numel);
+    const Shape3 s = around_dim(self, dim, op);
+    if (self.numel == 0) return;
+    const char* in = self.data;
+    char* o = out.data;
+    dispatch_floating(self.dtype, [&](auto tag) {
+      using Ti = typename decltype(tag)::type;
+      auto run = [&](auto out_tag) {
+        using To = typename decltype(out_tag)::type;
+        L.enqueue([s, in, o] {
+          parallel_units(s.outer, s.d * s.inner, [&](int64_t b, int64_t e) {
+            std::vector<sm_t<Ti>> acc(static_cast<size_t>(std::max(s.d, 2 * s.inner)));
+            for (int64_t r = b; r < e; ++r)
+              forward_block<Ti, To, kind>(reinterpret_cast<const Ti*>(in) + r * s.d * s.inner,
+                                          reinterpret_cast<To*>(o) + r * s.d * s.inner, s.d, s.inner, acc.data());
+          });
+        });
+      };
+      if (widen) run(TypeTag<float>{});
+      else run(TypeTag<Ti>{});
+    });
+  });
+}
+
+template <Kind kind>
+TFL_Error* softmax_backward(const TFL_Kernel_Args* args, int32_t id, const char* op) {
+  // _softmax_backward_data(grad_output, output, dim, input_dtype)
+  return run_kernel(args, id, [&](Launch& L) {
+    const TensorArg g = L.input_tensor(0, "grad_output"), y = L.input_tensor(1, "output"), out = L.output(0, "out");
+    const int64_t dim = L.scalar(2, "dim").to_int();
+    require_dense(g, op, "grad_output");
+    require_dense(y, op, "output");
+    require_dense(out, op, "out");
+    if (g.dtype != y.dtype) decline(op, ": grad_output is ", dtype_name(g.dtype), " but output is ", dtype_name(y.dtype));
+    const bool narrow = out.dtype != g.dtype;
+    if (narrow && !(g.dtype == TFL_DTYPE_FLOAT32 && (out.dtype == TFL_DTYPE_FLOAT16 || out.dtype == TFL_DTYPE_BFLOAT16)))
+      decline(op, " from ", dtype_name(g.dtype), " to ", dtype_name(out.dtype));
+    if (g.numel != y.numel || out.numel != g.numel)
+      invalid_argument(op, ": grad_output, output and out must have the same number of elements");
+    const Shape3 s = around_dim(g, dim, op);
+    if (g.numel == 0) return;
+    const char* gp = g.data;
+    const char* yp = y.data;
+    char* o = out.data;
+    dispatch_floating(g.dtype, [&](auto tag) {
+      using Ti = typename decltype(tag)::type;
+      auto run = [&](auto out_tag) {
+        using To = typename decltype(out_tag)::type;
+        L.enqueue([s, gp, yp, o] {
+          parallel_units(s.outer, s.d * s.inner, [&](int64_t b, int64_t e) {
+            std::vector<sm_t<Ti>> acc(static_cast<size_t>(s.inner));
+            for (int64_t r = b; r < e; ++r) {
+              const int64_t off = r * s.d * s.inner;
+              backward_block<Ti, To, kind>(reinterpret_cast<const Ti*>(gp) + off, reinterpret_cast<const Ti*>(yp) + off,
+                                           reinterpret_cast<To*>(o) + off, s.d, s.inner, acc.data());
+            }
+          });
+        });
+      };
+      if (!narrow) {
+        run(TypeTag<Ti>{});
+      } else if constexpr (std::is_same_v<Ti, float>) {
+        if (out.dtype == TFL_DTYPE_FLOAT16) run(TypeTag<Half>{});
+        else run(TypeTag<BFloat16>{});
+      }
+    });
+  });
+}
+
+}  // namespace
+
+TFL_Error* kernel_softmax(const TFL_Kernel_Args* a) { return softmax_forward<Kind::Softmax>(a, kSoftmax, "_softmax"); }
+TFL_Error* kernel_log_softmax(const TFL_Kernel_Args* a) {
+  return softmax_forward<Kind::LogSoftmax>(a, kLogSoftmax, "_log_softmax");
+}
+TFL_Error* kernel_softmax_backward(const TFL_Kernel_Args* a) {
+  return softmax_backward<Kind::Softmax>(a, kSoftmaxBackward, "_softmax_backward_data");
+}
+TFL_Error* kernel_log_softmax_backward(const TFL_Kernel_Args* a) {
+  return softmax_backward<Kind::LogSoftmax>(a, kLogSoftmaxBackward, "_log_softmax_backward_data");
+}
+
+}  // namespace flemu

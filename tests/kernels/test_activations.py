@@ -1,0 +1,89 @@
+"""Activation kernels and their backward kernels on flemu against the CPU:
+sigmoid, tanh, gelu (exact and tanh), silu, leaky_relu, hardtanh, threshold,
+relu's threshold_backward; every floating dtype, odd and non-contiguous shapes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from native_check import FLOAT_DTYPES, assert_close, make, run_native, tol
+
+# (name, function, forward op, backward op)
+ACTIVATIONS: list[tuple[str, Callable[[torch.Tensor], torch.Tensor], str, str]] = [
+    ("sigmoid", torch.sigmoid, "aten::sigmoid", "aten::sigmoid_backward"),
+    ("tanh", torch.tanh, "aten::tanh", "aten::tanh_backward"),
+    ("gelu", F.gelu, "aten::gelu", "aten::gelu_backward"),
+    ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), "aten::gelu", "aten::gelu_backward"),
+    # silu_backward is CompositeImplicitAutograd: it runs as sigmoid, mul, sub, add.
+    ("silu", F.silu, "aten::silu", "aten::sigmoid"),
+    ("leaky_relu", lambda x: F.leaky_relu(x, 0.2), "aten::leaky_relu", "aten::leaky_relu_backward"),
+    ("hardtanh", lambda x: F.hardtanh(x, -0.5, 1.5), "aten::hardtanh", "aten::hardtanh_backward"),
+    ("relu", torch.relu, "aten::relu", "aten::threshold_backward"),
+]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("name,fn,fwd_op,bwd_op", ACTIVATIONS, ids=[a[0] for a in ACTIVATIONS])
+def test_forward_backward(name: str, fn, fwd_op: str, bwd_op: str, dtype: torch.dtype) -> None:
+    x = make((7, 13), dtype, seed=1, low=-4, high=4, noncontiguous=True)
+    g = make((7, 13), dtype, seed=2)
+    x_cpu = x.clone().requires_grad_()
+    ref = fn(x_cpu)
+    ref.backward(g)
+
+    def run() -> tuple[torch.Tensor, torch.Tensor]:
+        xd = x.to("flemu").requires_grad_()
+        out = fn(xd)
+        out.backward(g.to("flemu"))
+        return out.detach(), xd.grad
+
+    out, grad = run_native(run, [fwd_op, bwd_op])
+    assert_close(out, ref.detach(), **tol(dtype, 2))
+    assert_close(grad, x_cpu.grad, **tol(dtype, 4))
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (5, 1, 3), (2, 3, 4, 5)], ids=str)
+def test_odd_shapes(shape: tuple[int, ...]) -> None:
+    x = make(shape, torch.float32, seed=3)
+    out = run_native(lambda: F.gelu(x.to("flemu")), ["aten::gelu"])
+    assert_close(out, F.gelu(x), **tol(torch.float32))
+
+
+def test_inplace_and_out_variants() -> None:
+    x = make((4, 6), torch.float32, seed=4)
+
+    def run() -> tuple[torch.Tensor, torch.Tensor]:
+        a = x.to("flemu")
+        a.sigmoid_()
+        out = torch.empty(4, 6, device="flemu")
+        torch.tanh(x.to("flemu"), out=out)
+        return a, out
+
+    a, out = run_native(run, ["aten::sigmoid_", "aten::tanh.out"])
+    assert_close(a, torch.sigmoid(x), **tol(torch.float32))
+    assert_close(out, torch.tanh(x), **tol(torch.float32))
+
+
+def test_extreme_values() -> None:
+    x = torch.tensor([-1e4, -88.0, -1.0, 0.0, 1.0, 88.0, 1e4, float("nan"), float("inf"), -float("inf")])
+    for fn, op in ((torch.sigmoid, "aten::sigmoid"), (F.silu, "aten::silu"), (torch.tanh, "aten::tanh")):
+        out = run_native(lambda: fn(x.to("flemu")), [op])  # noqa: B023
+        assert_close(out, fn(x), **tol(torch.float32))
+
+
+def test_threshold_and_int_hardtanh() -> None:
+    x = make((9,), torch.float32, seed=5)
+    out = run_native(lambda: F.threshold(x.to("flemu"), 0.1, -3.0), ["aten::threshold"])
+    assert_close(out, F.threshold(x, 0.1, -3.0))
+    xi = torch.arange(-5, 6)
+    out = run_native(lambda: F.hardtanh(xi.to("flemu"), -2, 3), ["aten::hardtanh"])
+    assert_close(out, F.hardtanh(xi, -2, 3))
+
+
+def test_bad_gelu_approximation_is_rejected() -> None:
+    x = torch.ones(3, device="flemu")
+    with pytest.raises(RuntimeError, match="approximate"):
+        torch.ops.aten.gelu(x, approximate="cubic")

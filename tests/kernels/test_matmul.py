@@ -1,0 +1,94 @@
+"""bmm and baddbmm on flemu against the CPU: odd sizes, transposed and
+broadcast operands, alpha/beta, in-place, backward, and batches large enough
+for the per-matrix GEMM to split over threads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from native_check import FLOAT_DTYPES, assert_close, make, run_native
+
+MM_TOL = {torch.float32: 1e-4, torch.float64: 1e-10, torch.float16: 2e-2, torch.bfloat16: 5e-2}
+
+
+def mm_tol(dtype: torch.dtype) -> dict[str, float]:
+    return {"atol": MM_TOL[dtype], "rtol": MM_TOL[dtype]}
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("b,n,k,m", [(1, 1, 1, 1), (3, 5, 7, 9), (16, 32, 16, 32), (2, 33, 65, 17)], ids=str)
+def test_bmm(dtype: torch.dtype, b: int, n: int, k: int, m: int) -> None:
+    x = make((b, n, k), dtype, seed=1)
+    y = make((b, k, m), dtype, seed=2)
+    out = run_native(lambda: torch.bmm(x.to("flemu"), y.to("flemu")), ["aten::bmm"])
+    ref = torch.bmm(x.double(), y.double()).to(dtype)
+    assert_close(out, ref, **mm_tol(dtype))
+
+
+def test_bmm_transposed_operands_and_backward() -> None:
+    x = make((4, 12, 10), torch.float32, seed=3).transpose(1, 2)  # [4, 10, 12], strided
+    y = make((4, 8, 12), torch.float32, seed=4).transpose(1, 2)  # [4, 12, 8]
+    xc, yc = x.clone().requires_grad_(), y.clone().requires_grad_()
+    ref = torch.bmm(xc, yc)
+    ref.sum().backward()
+
+    def run() -> tuple[torch.Tensor, ...]:
+        xd = x.to("flemu").requires_grad_()
+        yd = y.to("flemu").transpose(1, 2).contiguous().transpose(1, 2).requires_grad_()
+        out = torch.bmm(xd, yd)
+        out.sum().backward()
+        return out.detach(), xd.grad, yd.grad
+
+    out, gx, gy = run_native(run, ["aten::bmm"])
+    assert_close(out, ref.detach(), **mm_tol(torch.float32))
+    assert_close(gx, xc.grad, **mm_tol(torch.float32))
+    assert_close(gy, yc.grad, **mm_tol(torch.float32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_baddbmm(dtype: torch.dtype) -> None:
+    s = make((1, 5, 6), dtype, seed=5)  # broadcast over the batch
+    x = make((3, 5, 4), dtype, seed=6)
+    y = make((3, 4, 6), dtype, seed=7)
+
+    def run() -> list[torch.Tensor]:
+        sd, xd, yd = s.to("flemu"), x.to("flemu"), y.to("flemu")
+        inplace = sd.expand(3, 5, 6).clone()
+        inplace.baddbmm_(xd, yd, beta=0.5, alpha=-2.0)
+        return [torch.baddbmm(sd, xd, yd), torch.baddbmm(sd, xd, yd, beta=0.0, alpha=3.0), inplace]
+
+    outs = run_native(run, ["aten::baddbmm", "aten::baddbmm_"])
+    inplace = s.expand(3, 5, 6).clone()
+    inplace.baddbmm_(x, y, beta=0.5, alpha=-2.0)
+    refs = [torch.baddbmm(s, x, y), torch.baddbmm(s, x, y, beta=0.0, alpha=3.0), inplace]
+    for out, ref in zip(outs, refs):
+        assert_close(out, ref, **mm_tol(dtype))
+
+
+def test_baddbmm_beta_zero_ignores_nan_in_self() -> None:
+    s = torch.full((2, 3, 3), float("nan"))
+    x, y = make((2, 3, 4), torch.float32, seed=8), make((2, 4, 3), torch.float32, seed=9)
+    out = run_native(lambda: torch.baddbmm(s.to("flemu"), x.to("flemu"), y.to("flemu"), beta=0.0), ["aten::baddbmm"])
+    assert_close(out, torch.bmm(x, y), **mm_tol(torch.float32))
+
+
+@pytest.mark.slow
+def test_large_matrices_split_over_threads() -> None:
+    x = make((2, 256, 192), torch.float32, seed=10)
+    y = make((2, 192, 160), torch.float32, seed=11)
+    out = run_native(lambda: torch.bmm(x.to("flemu"), y.to("flemu")), ["aten::bmm"])
+    assert_close(out, torch.bmm(x.double(), y.double()).float(), atol=1e-3, rtol=1e-4)
+
+
+def test_matmul_4d_reaches_bmm() -> None:
+    x = make((2, 3, 5, 4), torch.float32, seed=12)
+    y = make((2, 3, 4, 6), torch.float32, seed=13)
+    out = run_native(lambda: x.to("flemu") @ y.to("flemu"), ["aten::bmm"])
+    assert_close(out, x @ y, **mm_tol(torch.float32))
+
+
+def test_shape_mismatch_is_an_error() -> None:
+    x = torch.ones(2, 3, 4, device="flemu")
+    y = torch.ones(2, 5, 6, device="flemu")
+    with pytest.raises(RuntimeError):
+        torch.bmm(x, y)
