@@ -8,6 +8,7 @@ the plugin before that.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import time
@@ -44,13 +45,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="OpInfo samples per operator and dtype (default 3)")
     g.addoption("--torchfl-report", default=None, metavar="DIR",
                 help="write the certification report (JSON, HTML, Markdown, JUnit) here")
-    g.addoption("--torchfl-worker", default=None, help=argparse_suppress())
-
-
-def argparse_suppress() -> str:
-    import argparse
-
-    return argparse.SUPPRESS
+    # Internal: the command and event pipes of a torchfl-conformance worker.
+    g.addoption("--torchfl-worker", default=None, help=argparse.SUPPRESS)
 
 
 def _active(config: pytest.Config) -> bool:
