@@ -10,8 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch_fl
 from support import ROOT, compile_c
+from torch_fl.tooling import doctor
 
 CHECKS = ["load", "abi", "devices", "memory", "kernels", "autograd", "streams", "fallback",
           "tunables"]
@@ -35,13 +37,28 @@ def test_healthy_flemu_passes_every_check(flemu: torch_fl.PluginHandle) -> None:
     for op, _why in flemu.rejected_kernels:
         assert op in result.check("load").detail, result.check("load")
     assert result.plugin["name"] == "flemu" and result.plugin["devices"] == 2, result.plugin
-    assert result.check("kernels").detail.startswith("12 float32 ops match the CPU"), result.checks
+    # With the conformance suite installed the kernel check runs its L0 smoke table.
+    smoke = doctor._smoke_level()
+    assert smoke is not None, "torch_fl_conformance's L0 smoke table did not load"
+    kernels = result.check("kernels").detail
+    assert kernels.startswith(f"{len(smoke[0])} APIs of the conformance L0 smoke level match "
+                              "the CPU"), kernels
     assert "0->1" in result.check("memory").detail, result.check("memory")
     text = out.getvalue()
     assert text.startswith("torch-fl compatibility check: flemu 0.1.0 as device 'flemu'"), text
     assert "result: healthy" in text, text
     doc = result.to_dict()
     assert doc["ok"] is True and len(doc["checks"]) == len(CHECKS), doc
+
+
+def test_without_the_conformance_suite_own_cases_run(flemu: torch_fl.PluginHandle,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(doctor, "_smoke_level", lambda: None)
+    result = torch_fl.test_compatibility(verbose=False)
+    kernels = result.check("kernels")
+    assert kernels.status == "PASS", kernels
+    assert kernels.detail.startswith("12 common float32 ops (conformance suite not installed: "
+                                     "torch-fl's own cases) match the CPU"), kernels
 
 
 def test_quiet_mode_prints_nothing(flemu: torch_fl.PluginHandle) -> None:
@@ -91,7 +108,8 @@ def test_strict_fallback_mode_and_disabled_kernels_are_reported() -> None:
     assert fb["status"] == "WARN", fb
     assert "disabled by TORCH_FL_DISABLE_KERNELS: aten::relu" in fb["detail"], fb
     assert "TORCH_FL_FALLBACK=warn" in fb["remedy"], fb
-    assert "fallback: aten::relu" in checks["kernels"]["detail"], checks["kernels"]
+    fallbacks = checks["kernels"]["detail"].partition("(fallback: ")[2].rstrip(")").split(", ")
+    assert "aten::relu" in fallbacks, checks["kernels"]
 
 
 def test_a_plugin_that_does_not_load_fails_with_a_remedy(tmp_path: Path) -> None:

@@ -10,32 +10,45 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from support import ROOT, assert_ok, run_python
 from torch_fl.tooling.coverage import ReportError, load_coverage
-from torch_fl.tooling.op_map import likely_ops, op_base
+from torch_fl.tooling.op_map import forward_ops_of_opinfo, likely_ops, op_base
 from torch_fl.tooling.scan import scan_path, scan_source
 from torch_fl.tooling.scan_report import ops_section, to_json, to_text
 
 PROJECT = ROOT / "tests" / "tooling" / "fixtures" / "cuda_project"
 
+def stat(op: str, dtype: str, **counts: int) -> dict:
+    row = {"op": op, "dtype": dtype, "native": 0, "decomposed": 0, "cpu_fallback": 0, "failed": 0,
+           "time_ns": 0, "bytes_copied": 0}
+    row.update(counts)
+    return row
+
+
+# The parts of a torchfl-conformance report (schema 1.x) the scan reads.
 REPORT = {
+    "schema": "torchfl-conformance-report",
     "schema_version": "1.0",
-    "plugin": {"name": "flemu", "version": "0.1.0"},
-    "op_coverage": [
-        {"op": "aten::convolution", "dtype": "float32", "status": "native"},
-        {"op": "aten::convolution_backward", "dtype": "float32", "status": "native"},
-        {"op": "aten::_fused_adamw_", "dtype": "float32", "status": "cpu_fallback"},
-        {"op": "aten::_amp_update_scale_", "dtype": "float32", "status": "failed"},
-        {"op": "aten::max_pool2d_with_indices_backward", "dtype": "float32",
-         "status": "cpu_fallback"},
-        {"op": "aten::max_pool2d_with_indices_backward", "dtype": "float64",
-         "status": "native"},
-        {"op": "aten::add.Tensor", "dtype": "float32", "status": "native"},
-        {"op": "aten::add.Scalar", "dtype": "complex64", "status": "cpu_fallback"},
-        {"op": "aten::relu", "dtype": "float32", "status": "native"},
-        {"op": "aten::nll_loss_forward", "dtype": "float32", "status": "decomposed"},
-    ],
+    "plugin": {"plugin_name": "flemu", "version": "0.1.0", "device_type": "flemu"},
+    "coverage": {"classes": ["native", "decomposed", "fallback", "error", "wrong", "crash",
+                             "timeout", "unsupported"], "ops": [
+        {"op": "nn.functional.conv2d", "dtype": "float32", "class": "native", "fallback_ops": []},
+        {"op": "nn.functional.max_pool2d", "dtype": "float32", "class": "fallback",
+         "fallback_ops": ["aten::max_pool2d_with_indices_backward"]},
+        {"op": "nn.functional.dropout", "dtype": "float32", "class": "wrong", "fallback_ops": []},
+        {"op": "atan2", "dtype": "float32", "class": "fallback", "fallback_ops": ["aten::atan2.out"]},
+    ]},
+    "op_stats": {"rows": [
+        stat("aten::convolution", "float32", native=40),
+        stat("aten::convolution_backward", "float32", native=12),
+        stat("aten::_fused_adamw_", "float32", cpu_fallback=3),
+        stat("aten::_amp_update_scale_", "float32", failed=1),
+        stat("aten::max_pool2d_with_indices_backward", "float64", native=2),
+        stat("aten::add.Tensor", "float32", native=100),
+        stat("aten::add.Scalar", "complex64", cpu_fallback=2),
+        stat("aten::relu", "float32", native=10),
+        stat("aten::nll_loss_forward", "float32", decomposed=4),
+    ], "totals": {}},
 }
 
 
@@ -90,13 +103,16 @@ def test_report_lists_cpu_and_failed_ops_with_their_sources(tmp_path: Path) -> N
     section = ops_section(result, load_coverage(str(write(tmp_path, REPORT))))
     risky = {r.op: r for r in section.cpu_or_failed}
     assert sorted(risky) == ["aten::_amp_update_scale_", "aten::_fused_adamw_",
-                             "aten::max_pool2d_with_indices_backward"], sorted(risky)
+                             "aten::max_pool2d_with_indices_backward",
+                             "aten::native_dropout"], sorted(risky)
     adamw = risky["aten::_fused_adamw_"]
     assert adamw.rows == (("aten::_fused_adamw_", "float32", "cpu_fallback"),), adamw
     assert adamw.phases == ("optimizer",), adamw
     assert [(Path(p).name, line) for p, line, _ in adamw.sources] == [("train.py", 64)], adamw
+    # From the op_db sweep: an ATen fallback, and an OpInfo with wrong results.
     pool = risky["aten::max_pool2d_with_indices_backward"]
     assert pool.rows == (("aten::max_pool2d_with_indices_backward", "float32", "cpu_fallback"),)
+    assert risky["aten::native_dropout"].rows == (("aten::native_dropout", "float32", "failed"),)
     assert risky["aten::_amp_update_scale_"].rows[0][2] == "failed"
     # A complex64 fallback of add does not concern float code; decomposed stays on the device.
     assert "aten::add" in section.native and "aten::nll_loss_forward" in section.native
@@ -110,7 +126,7 @@ def test_text_and_json_output(tmp_path: Path) -> None:
     section = ops_section(result, load_coverage(str(write(tmp_path, REPORT))))
     text = to_text(result, section)
     assert f"operators against certification report {tmp_path / 'cert.json'} (flemu 0.1.0, " \
-           "10 op/dtype rows), dtypes *, float16, float32, int64:" in text, text
+           "12 op/dtype rows), dtypes *, float16, float32, int64:" in text, text
     assert "    aten::_fused_adamw_ [optimizer]: float32 cpu_fallback" in text, text
     assert f"        from {PROJECT / 'train.py'}:64 (torch.optim.AdamW)" in text, text
     doc = json.loads(to_json(result, section))
@@ -139,12 +155,17 @@ def test_op_stats_file_works_as_a_report(tmp_path: Path) -> None:
     assert section.cpu_or_failed == [] and section.native == ["aten::relu"], section
 
 
+CONF = {"schema": "torchfl-conformance-report", "schema_version": "1.0"}
+
+
 @pytest.mark.parametrize("doc, message", [
-    ({"schema_version": "1.0", "tests": []}, "has no op-coverage table (looked for op_coverage"),
+    (CONF, "has neither 'op_stats' nor 'coverage'; it was cut short"),
     ([1, 2], "is a JSON list, expected an object"),
-    ({"op_coverage": [{"dtype": "float32"}]}, "op_coverage[0] has no 'op' field"),
-    ({"op_coverage": [{"op": "aten::mm", "status": "maybe"}]}, "status 'maybe' is not one of"),
-    ({"op_coverage": [{"op": "aten::mm", "dtype": "float32"}]}, "a row needs a 'status'"),
+    ({"tests": []}, "is neither a conformance report (schema 'torchfl-conformance-report') nor"),
+    ({**CONF, "op_stats": {"rows": [{"dtype": "float32"}]}}, "op_stats.rows[0] has no 'op' field"),
+    ({**CONF, "coverage": {"ops": [{"op": "mm"}]}}, "coverage.ops[0] lacks 'op' or 'class'"),
+    ({"rows": [{"op": "aten::mm", "dtype": "float32"}]},
+     "none of native, decomposed, cpu_fallback, failed is positive"),
 ])
 def test_unusable_reports_are_explained(tmp_path: Path, doc: object, message: str) -> None:
     path = write(tmp_path, doc)
@@ -153,14 +174,41 @@ def test_unusable_reports_are_explained(tmp_path: Path, doc: object, message: st
     assert message in str(info.value), str(info.value)
 
 
-def test_counts_and_nested_tables_and_newer_schema(tmp_path: Path) -> None:
-    doc = {"schema_version": "2.1", "plugin": "npu",
-           "coverage": {"aten::mm": {"float32": {"native": 3, "cpu_fallback": 1},
-                                     "bfloat16": "failed"}}}
+def test_newer_schema_and_missing_sweep_are_noted(tmp_path: Path) -> None:
+    doc = {**CONF, "schema_version": "2.1", "plugin": {"plugin_name": "npu", "version": "3"},
+           "op_stats": {"rows": [stat("aten::mm", "float32", native=3, cpu_fallback=1)]}}
     table = load_coverage(str(write(tmp_path, doc)))
     assert [(r.op, r.dtype, r.status) for r in table.rows] == [
-        ("aten::mm", "float32", "cpu_fallback"), ("aten::mm", "bfloat16", "failed")], table.rows
-    assert table.notes and "newer than this torch-fl reads" in table.notes[0], table.notes
+        ("aten::mm", "float32", "cpu_fallback")], table.rows
+    assert (table.plugin, table.plugin_version) == ("npu", "3"), table
+    assert "newer than this torch-fl reads" in table.notes[0], table.notes
+    assert "no op_db sweep (an L0 run)" in table.notes[1], table.notes
+
+
+def test_opinfo_names_map_to_aten() -> None:
+    assert forward_ops_of_opinfo("nn.functional.conv2d") == ("aten::convolution",)
+    assert forward_ops_of_opinfo("mm") == ("aten::mm",)
+    assert forward_ops_of_opinfo("atan2") == ("aten::atan2",)
+    assert forward_ops_of_opinfo("linalg.vector_norm") == ("aten::linalg_vector_norm",)
+
+
+@pytest.mark.slow
+def test_a_real_conformance_report(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch_fl_conformance", "run", "--plugin", "flemu", "--level", "L0",
+         "--report", str(tmp_path / "cert")], capture_output=True, text=True, timeout=900,
+        check=False)
+    report = tmp_path / "cert" / "report.json"
+    assert report.exists(), (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    table = load_coverage(str(report))
+    assert table.kind == "certification report" and table.plugin == "flemu", table.describe()
+    statuses = {(r.base, r.dtype): r.status for r in table.rows}
+    assert statuses[("aten::mm", "float32")] == "native", statuses
+    src = tmp_path / "t.py"
+    src.write_text("import torch\ny = torch.relu(torch.mm(a, b))\n")
+    section = ops_section(scan_path(str(src)), table)
+    assert section.native == ["aten::mm", "aten::relu"], section
+    assert section.cpu_or_failed == [] and section.not_in_report == [], section
 
 
 def test_cli_report_errors_exit_two(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 
 __all__ = ["CheckResult", "CompatibilityResult", "test_compatibility"]
@@ -156,6 +157,51 @@ def _load(plugin: str | None, result: CompatibilityResult) -> Any:
     return handle
 
 
+def _own_kernel_cases() -> list[tuple[str, Callable[..., Any], float, float]]:
+    """Common float32 ops with their tolerances, used when the conformance suite
+    (and so its L0 smoke table) is not installed."""
+    import torch
+
+    return [
+        ("add", lambda a, b, m: a + b, 1e-6, 1e-6),
+        ("mul", lambda a, b, m: a * b, 1e-6, 1e-6),
+        ("div", lambda a, b, m: a / (b.abs() + 1), 1e-5, 1e-6),
+        ("mm", lambda a, b, m: a @ m, 1e-4, 1e-4),
+        ("addmm", lambda a, b, m: torch.addmm(b[:, :32], a, m), 1e-4, 1e-4),
+        ("sum", lambda a, b, m: a.sum(dim=1), 1e-4, 1e-4),
+        ("mean", lambda a, b, m: a.mean(), 1e-5, 1e-5),
+        ("relu", lambda a, b, m: torch.relu(a), 0.0, 0.0),
+        ("softmax", lambda a, b, m: torch.softmax(a, dim=-1), 1e-5, 1e-6),
+        ("where", lambda a, b, m: torch.where(a > 0, a, b), 0.0, 0.0),
+        ("cat", lambda a, b, m: torch.cat([a, b], dim=0), 0.0, 0.0),
+        ("index_select", lambda a, b, m: a.index_select(0, torch.arange(3, device=a.device)),
+         0.0, 0.0),
+    ]
+
+
+def _smoke_level() -> tuple[dict[str, Callable[..., Any]], Callable[..., Any]] | None:
+    """The API table of the conformance suite's L0 smoke level and its CPU
+    comparison, or None when the suite is not installed."""
+    import importlib.util
+
+    try:
+        import torch_fl_conformance
+        from torch_fl_conformance.tolerances import compare
+    except ImportError:
+        return None
+    path = Path(torch_fl_conformance.__file__).parent / "suite" / "L0" / "test_smoke.py"
+    spec = importlib.util.spec_from_file_location("_torchfl_doctor_smoke", path)
+    if spec is None or spec.loader is None or not path.exists():
+        return None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception:  # noqa: BLE001 - a suite that does not import leaves our own cases
+        return None
+    apis = getattr(module, "APIS", None)
+    return (dict(apis), compare) if isinstance(apis, dict) and apis else None
+
+
 def test_compatibility(plugin: str | None = None, verbose: bool = True,
                        file: TextIO | None = None, max_devices: int = 4) -> CompatibilityResult:
     """Checks that the plugin works in this process and prints what is wrong
@@ -255,6 +301,19 @@ def test_compatibility(plugin: str | None = None, verbose: bool = True,
                 raise _CheckFailed(f"{dev}:{i}: torch.zeros is not all zeros", "fix Memory_Set")
             checked.append(f"{dev}:{i}")
             del y, z, zeros
+        caps = set(h.devices[0].capabilities)
+        dtypes = [torch.bool, torch.uint8, torch.int8, torch.int32, torch.int64, torch.float32]
+        dtypes += [d for d, cap in ((torch.float16, "fp16"), (torch.bfloat16, "bf16"),
+                                    (torch.float64, "fp64")) if cap in caps]
+        for dt in dtypes:
+            src = (torch.randint(-100, 100, (4, 33), generator=g).to(dt) if not dt.is_floating_point
+                   else torch.randn(4, 33, generator=g).to(dt))
+            back = src.to(f"{dev}:0").t().contiguous().cpu()
+            if not torch.equal(back, src.t().contiguous()):
+                raise _CheckFailed(f"{dev}:0: a {dt} round trip (with a transposed copy on the "
+                                   "device) changed the data",
+                                   f"fix Memory_Copy or the plugin's copy kernel for {dt}")
+        checked.append(f"{len(dtypes)} dtypes")
         if n_dev > 1:
             a = x.to(f"{dev}:0").to(f"{dev}:1")
             if not torch.equal(a.cpu(), x):
@@ -263,50 +322,54 @@ def test_compatibility(plugin: str | None = None, verbose: bool = True,
             checked.append("0->1")
         return f"{x.numel() * 4 // 1024} KiB round trips bit-exact on {', '.join(checked)}"
 
-    kernel_cases: list[tuple[str, Callable[..., Any], float, float]] = [
-        ("add", lambda a, b, m: a + b, 1e-6, 1e-6),
-        ("mul", lambda a, b, m: a * b, 1e-6, 1e-6),
-        ("div", lambda a, b, m: a / (b.abs() + 1), 1e-5, 1e-6),
-        ("mm", lambda a, b, m: a @ m, 1e-4, 1e-4),
-        ("addmm", lambda a, b, m: torch.addmm(b[:, :32], a, m), 1e-4, 1e-4),
-        ("sum", lambda a, b, m: a.sum(dim=1), 1e-4, 1e-4),
-        ("mean", lambda a, b, m: a.mean(), 1e-5, 1e-5),
-        ("relu", lambda a, b, m: torch.relu(a), 0.0, 0.0),
-        ("softmax", lambda a, b, m: torch.softmax(a, dim=-1), 1e-5, 1e-6),
-        ("where", lambda a, b, m: torch.where(a > 0, a, b), 0.0, 0.0),
-        ("cat", lambda a, b, m: torch.cat([a, b], dim=0), 0.0, 0.0),
-        ("index", lambda a, b, m: a[torch.tensor([3, 1, 2])], 0.0, 0.0),
-    ]
-
     def kernels() -> str:
-        g = torch.Generator().manual_seed(1)
-        a, b, m = (torch.randn(64, 48, generator=g), torch.randn(64, 48, generator=g),
-                   torch.randn(48, 32, generator=g))
-        da, db, dm = (t.to(dev) for t in (a, b, m))
-        wrong = []
+        smoke = _smoke_level()
+        wrong: list[str] = []
         with torch_fl.fallback_mode("silent"), torch_fl.op_stats_scope() as scope:
-            for name, fn, rtol, atol in kernel_cases:
-                expected = fn(a, b, m)
-                try:
-                    if name == "index":
-                        actual = da[torch.tensor([3, 1, 2], device=dev)]
-                    else:
-                        actual = fn(da, db, dm)
-                    good, err = _close(actual, expected, rtol, atol)
-                except Exception as exc:  # noqa: BLE001 - one broken kernel must not hide the others
-                    wrong.append(f"{name} raised {type(exc).__name__}: {_first_line(exc)}")
-                    continue
-                if not good:
-                    wrong.append(f"{name} (max error {err:.3g})")
+            if smoke is not None:
+                apis, compare = smoke
+                g = torch.Generator().manual_seed(7)
+                x, y, m = (torch.randn(4, 5, generator=g), torch.randn(4, 5, generator=g),
+                           torch.randn(5, 3, generator=g))
+                dx, dy, dm = x.to(dev), y.to(dev), m.to(dev)
+                for name, fn in apis.items():
+                    try:
+                        ref = fn("cpu", x, y, m)
+                        out = torch.utils._pytree.tree_map(
+                            lambda t: t.cpu() if isinstance(t, torch.Tensor) else t,
+                            fn(dev, dx, dy, dm))
+                        bad, _, _ = compare(out, ref, "output", None)
+                    except Exception as exc:  # noqa: BLE001 - one broken kernel must not hide the others
+                        wrong.append(f"{name} raised {type(exc).__name__}: {_first_line(exc)}")
+                        continue
+                    if bad:
+                        wrong.append(f"{name} ({bad[0].where}: {bad[0].message})")
+                what = f"{len(apis)} APIs of the conformance L0 smoke level"
+            else:
+                g = torch.Generator().manual_seed(1)
+                a, b, m = (torch.randn(64, 48, generator=g), torch.randn(64, 48, generator=g),
+                           torch.randn(48, 32, generator=g))
+                da, db, dm = (t.to(dev) for t in (a, b, m))
+                own_cases = _own_kernel_cases()
+                for name, fn, rtol, atol in own_cases:
+                    try:
+                        good, err = _close(fn(da, db, dm), fn(a, b, m), rtol, atol)
+                    except Exception as exc:  # noqa: BLE001 - one broken kernel must not hide the others
+                        wrong.append(f"{name} raised {type(exc).__name__}: {_first_line(exc)}")
+                        continue
+                    if not good:
+                        wrong.append(f"{name} (max error {err:.3g})")
+                what = (f"{len(own_cases)} common float32 ops (conformance suite not "
+                        "installed: torch-fl's own cases)")
             module.synchronize()
         if wrong:
-            raise _CheckFailed("wrong or failing: " + "; ".join(wrong),
+            raise _CheckFailed(f"{len(wrong)} wrong or failing: " + "; ".join(wrong),
                                "run `torchfl-conformance run --plugin " + dev +
                                " --level L1` for the failing kernels' details")
         t = scope.table.totals()
         fallbacks = sorted({r.op for r in scope.table.fallbacks()})
-        detail = (f"{len(kernel_cases)} float32 ops match the CPU; {t.native} native, "
-                  f"{t.decomposed} decomposed, {t.cpu_fallback} CPU-fallback calls")
+        detail = (f"{what} match the CPU; {t.native} native, {t.decomposed} decomposed, "
+                  f"{t.cpu_fallback} CPU-fallback calls")
         state["fallbacks"] = fallbacks
         if fallbacks:
             detail += f" (fallback: {', '.join(fallbacks)})"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from torch_fl.tooling.scan import CallSite
 
-__all__ = ["OpUse", "likely_ops", "op_base"]
+__all__ = ["OpUse", "forward_ops_of_opinfo", "likely_ops", "op_base"]
 
 
 @dataclass(frozen=True)
@@ -193,3 +193,13 @@ def likely_ops(calls: Iterable[CallSite]) -> list[OpUse]:
                 note(op, "backward", site)
     return [OpUse(op, phase, tuple(sorted(set(srcs))))
             for (op, phase), srcs in sorted(found.items())]
+
+
+def forward_ops_of_opinfo(name: str) -> tuple[str, ...]:
+    """The ATen operators an op_db (OpInfo) entry such as "nn.functional.conv2d"
+    or "atan2" runs forward: from the table when the call is in it, otherwise
+    the ATen operator of the same name ("linalg.norm" -> "aten::linalg_norm")."""
+    for call in (f"torch.{name}", f"{_NN}{name[3:]}" if name.startswith("nn.") else "", f".{name}"):
+        if call in _CALLS:
+            return _CALLS[call][0]
+    return (f"aten::{name.replace('.', '_')}",)

@@ -46,7 +46,7 @@ PROBE_MODES = ("cache", "1", "force", "0")
 CACHE_FORMAT = 1
 # A candidate replaces the current value only when it is at least this much
 # faster: smaller differences are within the noise of a shared machine.
-MIN_GAIN = 0.03
+MIN_GAIN = 0.05
 
 
 @dataclass(frozen=True)
