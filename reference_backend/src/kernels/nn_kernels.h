@@ -59,6 +59,20 @@ TFL_Error* kernel_fused_adamw(const TFL_Kernel_Args* args);
 TFL_Error* kernel_fused_adamw_tensor_lr(const TFL_Kernel_Args* args);
 TFL_Error* kernel_fused_sgd(const TFL_Kernel_Args* args);
 TFL_Error* kernel_fused_sgd_tensor_lr(const TFL_Kernel_Args* args);
+// foreach.cpp
+TFL_Error* kernel_foreach_add_scalar(const TFL_Kernel_Args* args);
+TFL_Error* kernel_foreach_add_list(const TFL_Kernel_Args* args);
+TFL_Error* kernel_foreach_mul_scalar(const TFL_Kernel_Args* args);
+TFL_Error* kernel_foreach_div_scalar(const TFL_Kernel_Args* args);
+TFL_Error* kernel_foreach_div_scalar_list(const TFL_Kernel_Args* args);
+TFL_Error* kernel_foreach_lerp_scalar(const TFL_Kernel_Args* args);
+TFL_Error* kernel_foreach_addcmul_scalar(const TFL_Kernel_Args* args);
+TFL_Error* kernel_foreach_addcdiv_scalar(const TFL_Kernel_Args* args);
+TFL_Error* kernel_foreach_addcdiv_scalar_list(const TFL_Kernel_Args* args);
+TFL_Error* kernel_foreach_sqrt(const TFL_Kernel_Args* args);
+TFL_Error* kernel_foreach_neg(const TFL_Kernel_Args* args);
+TFL_Error* kernel_foreach_maximum_list(const TFL_Kernel_Args* args);
+TFL_Error* kernel_foreach_zero(const TFL_Kernel_Args* args);
 
 }  // namespace flemu
 

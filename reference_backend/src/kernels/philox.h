@@ -15,12 +15,12 @@ struct Philox4x32 {
   uint32_t w[4];
 };
 
-// The ten-round bijection of the 128-bit counter (c0, c1, 0, 0) keyed by seed.
-inline Philox4x32 philox4x32_10(uint64_t seed, uint64_t counter) {
+// The ten-round bijection of a 128-bit counter under a 64-bit key.
+inline Philox4x32 philox4x32_10_block(const uint32_t ctr[4], const uint32_t key[2]) {
   constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
   constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
-  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32), c2 = 0, c3 = 0;
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
+  uint32_t k0 = key[0], k1 = key[1];
   for (int round = 0; round < 10; ++round) {
     const uint64_t p0 = static_cast<uint64_t>(kMul0) * c0;
     const uint64_t p1 = static_cast<uint64_t>(kMul1) * c2;
@@ -30,10 +30,17 @@ inline Philox4x32 philox4x32_10(uint64_t seed, uint64_t counter) {
     c1 = lo1;
     c2 = hi0 ^ c3 ^ k1;
     c3 = lo0;
-    k0 += kWeyl0;
+    k0 += kWeyl0;  // the key schedule: a Weyl sequence
     k1 += kWeyl1;
   }
   return {{c0, c1, c2, c3}};
+}
+
+// Block `counter` (the low 64 bits of the counter; the high ones are zero) under `seed`.
+inline Philox4x32 philox4x32_10(uint64_t seed, uint64_t counter) {
+  const uint32_t ctr[4] = {static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32), 0, 0};
+  const uint32_t key[2] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+  return philox4x32_10_block(ctr, key);
 }
 
 // [0, 1) with 24 random bits: every value is exactly representable in float.
