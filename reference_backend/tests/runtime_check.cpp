@@ -652,8 +652,11 @@ static void test_api_table() {
   CHECK(g_api->struct_size >= TFL_Api_STRUCT_SIZE, "struct_size ", g_api->struct_size, " < ", TFL_Api_STRUCT_SIZE);
   CHECK(g_api->core && g_api->device && g_api->memory && g_api->stream, "a required table is NULL");
   CHECK(g_api->kernels != nullptr, "flemu provides kernels");
-  CHECK(g_api->collectives == nullptr && g_api->graph == nullptr && g_api->tunables == nullptr,
-        "optional groups flemu does not implement must be NULL");
+  // flemu implements every optional group.
+  CHECK(g_api->collectives && g_api->graph && g_api->tunables, "an optional group flemu implements is NULL");
+  CHECK_EQ(g_api->collectives->struct_size, TFL_CollectivesApi_STRUCT_SIZE);
+  CHECK_EQ(g_api->graph->struct_size, TFL_GraphApi_STRUCT_SIZE);
+  CHECK_EQ(g_api->tunables->struct_size, TFL_TunablesApi_STRUCT_SIZE);
   CHECK_EQ(g_api->core->struct_size, TFL_CoreApi_STRUCT_SIZE);
   CHECK_EQ(g_api->device->struct_size, TFL_DeviceApi_STRUCT_SIZE);
   CHECK_EQ(g_api->memory->struct_size, TFL_MemoryApi_STRUCT_SIZE);
@@ -1082,15 +1085,20 @@ static void test_kernel_table() {
   for (auto& [name, k] : g_kernels) {
     CHECK_EQ(k->struct_size, TFL_KernelDesc_STRUCT_SIZE);
     CHECK(k->fn != nullptr, name, " has no function");
-    CHECK(((k->dtypes & TFL_DTYPE_BIT(TFL_DTYPE_FLOAT64)) != 0) == (g_env.fp64 && name != "aten::sum_never"),
-          name, " float64 bit must follow FLEMU_FP64");
-    CHECK(((k->dtypes & TFL_DTYPE_BIT(TFL_DTYPE_FLOAT16)) != 0) == g_env.fp16, name, " float16 bit must follow FLEMU_FP16");
-    CHECK(((k->dtypes & TFL_DTYPE_BIT(TFL_DTYPE_BFLOAT16)) != 0) == g_env.bf16, name, " bfloat16 bit must follow FLEMU_BF16");
+    // Kernels over floating types (float32 is always on) follow the FLEMU_* switches.
+    if ((k->dtypes & TFL_DTYPE_BIT(TFL_DTYPE_FLOAT32)) != 0) {
+      CHECK(((k->dtypes & TFL_DTYPE_BIT(TFL_DTYPE_FLOAT64)) != 0) == g_env.fp64, name, " float64 bit must follow FLEMU_FP64");
+      CHECK(((k->dtypes & TFL_DTYPE_BIT(TFL_DTYPE_FLOAT16)) != 0) == g_env.fp16, name, " float16 bit must follow FLEMU_FP16");
+      CHECK(((k->dtypes & TFL_DTYPE_BIT(TFL_DTYPE_BFLOAT16)) != 0) == g_env.bf16, name, " bfloat16 bit must follow FLEMU_BF16");
+    } else {
+      CHECK((k->dtypes & TFL_DTYPES_FLOATING) == 0, name, " takes a floating type but not float32");
+    }
     CHECK((k->dtypes & TFL_DTYPE_BIT(TFL_DTYPE_COMPLEX64)) == 0, name, " claims complex64");
   }
   const uint32_t ew = TFL_KERNEL_BROADCAST_INPUTS | TFL_KERNEL_PROMOTE_INPUTS;
-  CHECK_EQ(g_kernels["aten::add.Tensor"]->flags, ew);
-  CHECK_EQ(g_kernels["aten::div.Tensor"]->flags, ew);
+  CHECK_EQ(g_kernels["aten::add.Tensor"]->flags, ew | TFL_KERNEL_HOST_SCALARS);
+  CHECK_EQ(g_kernels["aten::div.Tensor"]->flags, ew | TFL_KERNEL_HOST_SCALARS);
+  CHECK_EQ(g_kernels["aten::relu"]->flags, 0u);
   CHECK_EQ(g_kernels["aten::copy_"]->flags, 0u);
   CHECK((g_kernels["aten::mm"]->dtypes & TFL_DTYPES_INTEGRAL) == 0, "mm is floating only");
   CHECK((g_kernels["aten::sub.Tensor"]->dtypes & TFL_DTYPE_BIT(TFL_DTYPE_BOOL)) == 0, "sub takes no bool");

@@ -22,3 +22,14 @@ def test_autocast_linear_float16() -> None:
     with torch.autocast("flemu", dtype=torch.float16):
         y = m(x)
     assert y.dtype == torch.float16
+
+
+def test_ops_without_an_autocast_rule_run_unchanged() -> None:
+    x = torch.randn(3, 3, device="flemu")
+    with torch.autocast("flemu", dtype=torch.bfloat16):
+        s = x + x
+        r = torch.arange(0, 8, device="flemu")
+        e = torch.nn.functional.embedding(r[:2], x)
+    assert s.dtype == torch.float32 and r.dtype == torch.int64 and e.dtype == torch.float32
+    assert torch.equal(s.cpu(), x.cpu() * 2)
+    assert torch.equal(r.cpu(), torch.arange(0, 8))

@@ -121,3 +121,23 @@ def test_clone_and_contiguous_keep_values() -> None:
     c = t.contiguous()
     assert c.is_contiguous() and torch.equal(c.cpu(), host.t())
     assert torch.equal(dev.clone().cpu(), host)
+
+
+def test_lazy_conjugate_and_negative_bits_are_resolved_by_copies() -> None:
+    c = torch.randn(6, dtype=torch.complex64)
+    d = c.to("flemu")
+    assert torch.equal(d.conj().cpu(), c.conj().resolve_conj())
+    assert torch.equal(d.conj()._neg_view().cpu(), -c.conj().resolve_conj())
+    into_conj = torch.empty(6, dtype=torch.complex64, device="flemu")
+    into_conj.conj().copy_(c)  # the destination carries the bit
+    assert torch.equal(into_conj.cpu(), c.conj().resolve_conj())
+    on_device = torch.empty_like(d)
+    on_device.copy_(d.conj())
+    assert torch.equal(on_device.cpu(), c.conj().resolve_conj())
+
+
+def test_ops_that_conjugate_internally_fall_back_instead_of_recursing() -> None:
+    x = torch.randn(5)
+    with torch_fl.op_stats_scope() as s:
+        assert torch.allclose(torch.fft.hfft(x.to("flemu")).cpu(), torch.fft.hfft(x), atol=1e-5)
+    assert s.table.get("aten::_fft_c2r").cpu_fallback == 1

@@ -192,11 +192,24 @@ ScalarArg int_scalar(int64_t v) {
 
 TFL_Error* binary_tensor(const TFL_Kernel_Args* args, int32_t id, Bin kind) {
   return run_kernel(args, id, [&](Launch& L) {
-    const TensorArg self = L.input_tensor(0, "self");
-    const TensorArg other = L.input_tensor(1, "other");
     const TensorArg out = L.output(0, "out");
     const bool has_alpha = kind == Bin::Add || kind == Bin::Sub;
     const ScalarArg alpha = has_alpha ? L.scalar_or(2, 1, "alpha") : int_scalar(1);
+    // Host scalars (TFL_KERNEL_HOST_SCALARS) take the Scalar path with their
+    // exact value, as PyTorch computes `x * 0.1` in the op's compute type.
+    ScalarArg value;
+    if (L.host_scalar(1, &value)) {
+      launch_binary(L, kind, out, L.input_tensor(0, "self"), nullptr, value, alpha);
+      return;
+    }
+    if (L.host_scalar(0, &value)) {
+      const bool commutes = kind == Bin::Mul || (kind == Bin::Add && alpha.to_double() == 1.0);
+      if (!commutes) throw_error(TFL_ERR_UNIMPLEMENTED, "a host scalar as self of a non-commuting op");
+      launch_binary(L, kind, out, L.input_tensor(1, "other"), nullptr, value, alpha);
+      return;
+    }
+    const TensorArg self = L.input_tensor(0, "self");
+    const TensorArg other = L.input_tensor(1, "other");
     launch_binary(L, kind, out, self, &other, int_scalar(0), alpha);
   });
 }

@@ -101,6 +101,24 @@ ScalarArg Launch::scalar(size_t i, const char* what) const {
   return s;
 }
 
+bool Launch::host_scalar(size_t i, ScalarArg* out) const {
+  if (!has_input(i) || args_->inputs[i].tag != TFL_VALUE_TENSOR) return false;
+  const TFL_Tensor* t = args_->inputs[i].v.tensor;
+  if (t == nullptr || t->memory_kind != TFL_MEMORY_HOST) return false;
+  if (t->numel != 1 || t->data == nullptr) invalid_argument("host operand ", i, " must be a scalar");
+  if (t->dtype == TFL_DTYPE_COMPLEX64 || t->dtype == TFL_DTYPE_COMPLEX128 || dtype_size(t->dtype) == 0)
+    throw_error(TFL_ERR_UNIMPLEMENTED, cat("host operand ", i, " has dtype ", dtype_name(t->dtype)));
+  const char* p = static_cast<const char*>(t->data);
+  if (dtype_is_floating(t->dtype)) {
+    out->tag = TFL_VALUE_DOUBLE;
+    out->d = loader_f64(t->dtype)(p);
+  } else {
+    out->tag = t->dtype == TFL_DTYPE_BOOL ? TFL_VALUE_BOOL : TFL_VALUE_INT;
+    out->i = loader_i64(t->dtype)(p);
+  }
+  return true;
+}
+
 ScalarArg Launch::scalar_or(size_t i, int64_t fallback, const char* what) const {
   if (!has_input(i)) {
     ScalarArg s;

@@ -86,6 +86,10 @@ class Launch {
   TensorArg input_tensor(size_t i, const char* what) const;
   ScalarArg scalar(size_t i, const char* what) const;
   ScalarArg scalar_or(size_t i, int64_t fallback, const char* what) const;
+  // For kernels flagged TFL_KERNEL_HOST_SCALARS: when input i is a 0-dim host
+  // tensor, reads its value now (the host memory is only valid during the
+  // launch) into *out and returns true.
+  bool host_scalar(size_t i, ScalarArg* out) const;
   bool boolean_or(size_t i, bool fallback, const char* what) const;
   TensorArg output(size_t i, const char* what) const;
   // Validates any descriptor: dtype enabled, device memory of this device

@@ -103,16 +103,18 @@ struct Entry {
 };
 
 constexpr uint32_t kElementwise = TFL_KERNEL_BROADCAST_INPUTS | TFL_KERNEL_PROMOTE_INPUTS;
+// add/sub/mul/div read 0-dim host operands (Python numbers) at launch.
+constexpr uint32_t kArithmetic = kElementwise | TFL_KERNEL_HOST_SCALARS;
 
 const Entry kEntries[] = {
     // In-place by name: no functional/out= variants to derive.
     {kFillScalar, kernel_fill_scalar, kAll, TFL_KERNEL_NO_DERIVED_VARIANTS},
     {kZero, kernel_zero, kAll, TFL_KERNEL_NO_DERIVED_VARIANTS},
-    {kAddTensor, kernel_add_tensor, kAll, kElementwise},
-    {kSubTensor, kernel_sub_tensor, kInts | kFloats, kElementwise},
-    {kMulTensor, kernel_mul_tensor, kAll, kElementwise},
+    {kAddTensor, kernel_add_tensor, kAll, kArithmetic},
+    {kSubTensor, kernel_sub_tensor, kInts | kFloats, kArithmetic},
+    {kMulTensor, kernel_mul_tensor, kAll, kArithmetic},
     // Integral inputs divide into a floating output.
-    {kDivTensor, kernel_div_tensor, kAll, kElementwise},
+    {kDivTensor, kernel_div_tensor, kAll, kArithmetic},
     {kAddScalar, kernel_add_scalar, kAll, 0},
     {kSubScalar, kernel_sub_scalar, kInts | kFloats, 0},
     {kMulScalar, kernel_mul_scalar, kAll, 0},

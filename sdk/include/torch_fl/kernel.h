@@ -19,7 +19,9 @@
  *
  * Arguments: `inputs` holds the operator's arguments in schema order, except
  * `out=` tensors; `outputs` holds the tensors the operator returns (a
- * returned Tensor[] is flattened). A kernel registered for the functional
+ * returned Tensor[] is flattened). An `outputs` entry is NULL when the caller
+ * did not ask for that result (e.g. a False entry of a backward op's
+ * output_mask). A `Scalar[]` argument arrives as TFL_VALUE_DOUBLE_LIST. A kernel registered for the functional
  * overload also serves the in-place and out= overloads with the same
  * arguments (unless TFL_KERNEL_NO_DERIVED_VARIANTS): for in-place,
  * outputs[0] is the same memory as inputs[0]; for out=, outputs are the user's
@@ -96,7 +98,7 @@ typedef struct TFL_Kernel_Args {
   TFL_KernelContext* ctx;
   const TFL_Value* inputs;           /* schema arguments except out= tensors */
   size_t num_inputs;
-  const TFL_Tensor* const* outputs;  /* the returned tensors, allocated */
+  const TFL_Tensor* const* outputs;  /* the returned tensors, allocated; NULL = not requested */
   size_t num_outputs;
 } TFL_Kernel_Args;
 #define TFL_Kernel_Args_STRUCT_SIZE TFL_STRUCT_SIZE(TFL_Kernel_Args, num_outputs)
@@ -119,8 +121,12 @@ typedef enum TFL_KernelFlags {
   /* Outputs arrive dense and row-major; for a strided in-place or out=
    * target the bridge runs the kernel into a temporary and copies back. */
   TFL_KERNEL_CONTIGUOUS_OUTPUTS = 1u << 3,
-  /* 0-dim CPU operands arrive as TFL_MEMORY_HOST tensors (readable at launch
-   * time) instead of being uploaded. */
+  /* 0-dim CPU operands (Python numbers in `x * 0.5`) arrive as
+   * TFL_MEMORY_HOST tensors with their own dtype, readable during the launch,
+   * instead of being uploaded; PROMOTE_INPUTS does not cast them. Read the
+   * value in the op's compute type, as PyTorch's kernels do: uploaded scalars
+   * are cast to the common dtype, which for float16/bfloat16 ops is less
+   * precise than PyTorch's own CPU and CUDA kernels. */
   TFL_KERNEL_HOST_SCALARS = 1u << 4,
   /* The kernel draws random numbers: ctx carries seed, offset and span. */
   TFL_KERNEL_RANDOM = 1u << 5,

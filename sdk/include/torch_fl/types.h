@@ -210,7 +210,7 @@ typedef enum TFL_ValueTag {
   TFL_VALUE_BOOL = 4,          /* v.i: 0 or 1 (also a Scalar holding a bool) */
   TFL_VALUE_COMPLEX = 5,       /* v.c (a Scalar holding a complex number) */
   TFL_VALUE_INT_LIST = 6,      /* v.ints */
-  TFL_VALUE_DOUBLE_LIST = 7,   /* v.doubles */
+  TFL_VALUE_DOUBLE_LIST = 7,   /* v.doubles (also a Scalar[], elements as doubles) */
   TFL_VALUE_BOOL_LIST = 8,     /* v.bools */
   TFL_VALUE_TENSOR_LIST = 9,   /* v.tensors; an entry is NULL for an absent
                                   element of an optional-tensor list */

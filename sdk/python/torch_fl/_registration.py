@@ -238,6 +238,9 @@ def register_device_plugin(
         )
         atexit.register(_at_exit)
         os.register_at_fork(after_in_child=_after_fork_in_child)
+        from torch_fl.tooling.probe import apply_at_load
+
+        apply_at_load()  # probed tunables from the cache (never raises)
         return _active
 
 

@@ -231,10 +231,59 @@ void plugin_memcpy(
   }
 }
 
+namespace {
+
+bool has_math_bits(const at::Tensor& t) {
+  return t.is_conj() || t.is_neg();
+}
+
+// The same memory without the lazy conjugate/negative bits: what is stored.
+at::Tensor stored_view(const at::Tensor& t) {
+  at::Tensor view = at::alias(t);
+  view._set_conj(false);
+  view._set_neg(false);
+  return view;
+}
+
+// _copy_from lets the Conjugate and Negative keys fall through (their
+// fallback would materialize the source with clone, which copies, which
+// reaches _copy_from again). Bytes move as stored; the bits are applied on the
+// host, where PyTorch's own kernels resolve them.
+at::Tensor copy_with_math_bits(const at::Tensor& src, const at::Tensor& dst) {
+  at::Tensor value;
+  if (is_device(src)) {
+    value = to_host(stored_view(src));
+    value._set_conj(src.is_conj());
+    value._set_neg(src.is_neg());
+  } else {
+    value = src;
+  }
+  value = value.resolve_conj().resolve_neg();
+  // dst stores conj/neg of its logical value when it carries the bits.
+  if (dst.is_conj()) {
+    value = value.conj_physical();
+  }
+  if (dst.is_neg()) {
+    value = value.neg();
+  }
+  at::Tensor target = stored_view(dst);
+  if (is_device(target)) {
+    copy_from(value, target, false);
+  } else {
+    target.copy_(value);
+  }
+  return dst;
+}
+
+} // namespace
+
 at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   TORCH_CHECK(src.defined() && dst.defined(), "copy_: both tensors must be defined");
   if (dst.numel() == 0) {
     return dst;
+  }
+  if (has_math_bits(src) || has_math_bits(dst)) {
+    return copy_with_math_bits(src, dst);
   }
   at::Tensor source = src.sizes() == dst.sizes() ? src : src.expand(dst.sizes());
   const bool src_on_device = is_device(source);

@@ -212,6 +212,13 @@ void register_minimal_ops(torch::Library& m) {
   m.impl("record_stream", TORCH_FN(record_stream));
 }
 
+void register_math_bit_fallthroughs(torch::Library& conjugate, torch::Library& negative) {
+  for (torch::Library* m : {&conjugate, &negative}) {
+    m->impl("_copy_from", torch::CppFunction::makeFallthrough());
+    m->impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+  }
+}
+
 const std::vector<std::string>& minimal_op_names() {
   static const std::vector<std::string> names = {
       "aten::empty.memory_format",

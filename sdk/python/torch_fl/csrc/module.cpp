@@ -185,6 +185,9 @@ struct Libraries {
   std::unique_ptr<torch::Library> aten;
   std::unique_ptr<torch::Library> fallback;
   std::unique_ptr<torch::Library> autocast;
+  std::unique_ptr<torch::Library> autocast_fallthrough;
+  std::unique_ptr<torch::Library> conjugate;
+  std::unique_ptr<torch::Library> negative;
   std::map<std::string, std::unique_ptr<torch::Library>> others;
   std::map<std::string, std::unique_ptr<torch::Library>> custom;
 };
@@ -280,6 +283,11 @@ py::dict register_backend(const std::vector<std::string>& disabled_list) {
   libs.aten = std::make_unique<torch::Library>(
       torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   register_minimal_ops(*libs.aten);
+  libs.conjugate = std::make_unique<torch::Library>(
+      torch::Library::IMPL, "aten", c10::DispatchKey::Conjugate, __FILE__, __LINE__);
+  libs.negative = std::make_unique<torch::Library>(
+      torch::Library::IMPL, "aten", c10::DispatchKey::Negative, __FILE__, __LINE__);
+  register_math_bit_fallthroughs(*libs.conjugate, *libs.negative);
   KernelRegistration report = register_plugin_kernels(*libs.aten, libs.others, plugin, disabled);
   register_overrideable_ops(*libs.aten, report.registered);
   libs.fallback = std::make_unique<torch::Library>(
@@ -288,6 +296,10 @@ py::dict register_backend(const std::vector<std::string>& disabled_list) {
   libs.autocast = std::make_unique<torch::Library>(
       torch::Library::IMPL, "aten", c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__);
   register_autocast(*libs.autocast);
+  // Ops without an autocast rule run unchanged, as PyTorch does for its own devices.
+  libs.autocast_fallthrough = std::make_unique<torch::Library>(
+      torch::Library::IMPL, "_", c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__);
+  libs.autocast_fallthrough->fallback(torch::CppFunction::makeFallthrough());
 
   py::dict out;
   out["registered"] = report.registered;

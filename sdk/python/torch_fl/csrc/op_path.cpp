@@ -11,11 +11,13 @@
 #include "streams.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
 #include <c10/util/SmallVector.h>
 
+#include <array>
 #include <cstring>
 #include <mutex>
 #include <shared_mutex>
@@ -40,6 +42,7 @@ enum class ArgKind : uint8_t {
   IntList,
   FloatList,
   BoolList,
+  ScalarList,
   ScalarType,
   Layout,
   Device,
@@ -117,6 +120,8 @@ ArgKind classify(const c10::Argument& arg) {
           return ArgKind::FloatList;
         case c10::TypeKind::BoolType:
           return ArgKind::BoolList;
+        case c10::TypeKind::NumberType:
+          return ArgKind::ScalarList;
         default:
           return ArgKind::Unsupported;
       }
@@ -245,6 +250,7 @@ struct OutSpec {
   c10::ScalarType dtype;
   c10::DimVector sizes;
   c10::DimVector strides;
+  bool defined = true; // false: the caller did not ask for it (output_mask)
 };
 
 struct MetaEntry {
@@ -315,17 +321,76 @@ int32_t memory_format_value(c10::MemoryFormat fmt) {
   }
 }
 
-// Uploads a 0-dim CPU tensor through a pinned buffer, asynchronously.
+// The bytes of a 0-dim CPU tensor's value converted to `dtype` (16 bytes
+// hold every dtype, complex128 included).
+std::array<uint8_t, 16> scalar_bytes(const at::Tensor& cpu, c10::ScalarType dtype) {
+  c10::Scalar value;
+  AT_DISPATCH_ALL_TYPES_AND_COMPLEX_AND3(
+      at::kHalf, at::kBFloat16, at::kBool, cpu.scalar_type(), "scalar_bytes", [&] {
+        value = c10::Scalar(*static_cast<const scalar_t*>(cpu.const_data_ptr()));
+      });
+  std::array<uint8_t, 16> bytes{};
+  AT_DISPATCH_ALL_TYPES_AND_COMPLEX_AND3(
+      at::kHalf, at::kBFloat16, at::kBool, dtype, "scalar_bytes", [&] {
+        const scalar_t converted = value.to<scalar_t>();
+        std::memcpy(bytes.data(), &converted, sizeof(scalar_t));
+      });
+  return bytes;
+}
+
+// Device copies of scalar operands (Python numbers in `x * 0.5`), cached by
+// value per device and stream: repeated constants cost no copy, and a cached
+// tensor is only reused on the stream its upload was queued on.
+struct ScalarKey {
+  int64_t stream;
+  int32_t device;
+  int32_t dtype;
+  std::array<uint8_t, 16> bytes;
+  bool operator==(const ScalarKey& o) const {
+    return stream == o.stream && device == o.device && dtype == o.dtype && bytes == o.bytes;
+  }
+};
+
+struct ScalarKeyHash {
+  size_t operator()(const ScalarKey& k) const {
+    uint64_t h = static_cast<uint64_t>(k.stream) * 1000003u ^
+        static_cast<uint64_t>(k.device) * 10007u ^ static_cast<uint64_t>(k.dtype);
+    for (uint8_t b : k.bytes) {
+      h = (h ^ b) * 1099511628211ull;
+    }
+    return static_cast<size_t>(h);
+  }
+};
+
+constexpr size_t kMaxCachedScalars = 512;
+
 at::Tensor upload_scalar(const at::Tensor& cpu, c10::ScalarType dtype, c10::DeviceIndex device) {
-  at::Tensor value = cpu.scalar_type() == dtype ? cpu : cpu.to(dtype);
-  c10::DataPtr pinned = HostAllocator::get().allocate(value.element_size());
-  std::memcpy(pinned.get(), value.data_ptr(), value.element_size());
+  static std::mutex mutex;
+  static auto* cache = new std::unordered_map<ScalarKey, at::Tensor, ScalarKeyHash>();
+  const c10::Stream stream = StreamRegistry::get().current(device);
+  const ScalarKey key{stream.id(), device, static_cast<int32_t>(dtype), scalar_bytes(cpu, dtype)};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = cache->find(key);
+    if (it != cache->end()) {
+      return it->second;
+    }
+  }
+  // A pinned buffer makes the copy asynchronous; the host allocator keeps it
+  // until the copy has run.
+  const size_t size = c10::elementSize(dtype);
+  c10::DataPtr pinned = HostAllocator::get().allocate(size);
+  std::memcpy(pinned.get(), key.bytes.data(), size);
   at::Tensor out = empty_device({}, {}, dtype, device);
-  TFL_Stream* stream = StreamRegistry::get().current_native(device);
   plugin_memcpy(
-      TFL_COPY_HOST_TO_DEVICE, out.data_ptr(), device, pinned.get(), -1,
-      value.element_size(), stream, false);
-  HostAllocator::get().record_use(pinned.get(), StreamRegistry::get().current(device));
+      TFL_COPY_HOST_TO_DEVICE, out.data_ptr(), device, pinned.get(), -1, size,
+      StreamRegistry::get().native(stream), false);
+  HostAllocator::get().record_use(pinned.get(), stream);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (cache->size() >= kMaxCachedScalars) {
+    cache->clear(); // freed blocks return to their stream's pool: stream-ordered
+  }
+  cache->emplace(key, out);
   return out;
 }
 
@@ -415,7 +480,11 @@ class NativeKernel final : public c10::OperatorKernel {
     CallState call;
     Key key;
     scan(args, call, key);
-    std::shared_ptr<const MetaEntry> entry = lookup(op, args, key);
+    // An op that returns nothing has no output metadata to compute (and some,
+    // like _fused_sgd_, have no meta function at all).
+    static const auto no_outputs = std::make_shared<const MetaEntry>();
+    std::shared_ptr<const MetaEntry> entry =
+        sig_.num_returns == 0 ? no_outputs : lookup(op, args, key);
     if (call.dtype == c10::ScalarType::Undefined && !entry->outs.empty()) {
       call.dtype = entry->outs[0].dtype;
     }
@@ -531,6 +600,16 @@ class NativeKernel final : public c10::OperatorKernel {
             key.words.push_back(b ? 1 : 0);
           }
           call.num_bools += list.size();
+          break;
+        }
+        case ArgKind::ScalarList: {
+          // Like a Scalar: the kinds shape the result, not the values.
+          const auto list = v.toListRef();
+          key.words.push_back(static_cast<int64_t>(list.size()));
+          for (const c10::IValue& e : list) {
+            key.words.push_back(scalar_kind(e));
+          }
+          call.num_doubles += list.size();
           break;
         }
         case ArgKind::ScalarType:
@@ -678,6 +757,9 @@ class NativeKernel final : public c10::OperatorKernel {
       }
       stack.push_back(to_meta(args[i]));
     }
+    // Meta functions can fail for calls the kernel could serve (some of
+    // PyTorch's Python meta functions have bugs, e.g. a missing optional
+    // bias); any failure sends the call down the fallback chain.
     try {
       meta_op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &stack);
     } catch (const c10::Error& e) {
@@ -685,10 +767,18 @@ class NativeKernel final : public c10::OperatorKernel {
       entry.reason = std::string("its output metadata could not be computed (") +
           e.what_without_backtrace() + ")";
       return entry;
+    } catch (const std::exception& e) {
+      entry.unavailable = true;
+      entry.reason = std::string("its meta function failed (") + e.what() + ")";
+      return entry;
     }
     for (const c10::IValue& r : stack) {
       if (r.isTensor()) {
         const at::Tensor& t = r.toTensor();
+        if (!t.defined()) {
+          entry.outs.push_back({c10::ScalarType::Undefined, {}, {}, false});
+          continue;
+        }
         entry.outs.push_back({t.scalar_type(), c10::DimVector(t.sizes()), c10::DimVector(t.strides())});
       } else if (r.isTensorList()) {
         for (const at::Tensor& t : r.toTensorList()) {
@@ -700,6 +790,9 @@ class NativeKernel final : public c10::OperatorKernel {
   }
 
   at::Tensor allocate(const OutSpec& spec, c10::DeviceIndex device) const {
+    if (!spec.defined) {
+      return at::Tensor();
+    }
     if (spec_.memory_format == TFL_MEMORY_FORMAT_CONTIGUOUS ||
         (spec_.flags & TFL_KERNEL_CONTIGUOUS_OUTPUTS)) {
       return empty_device(spec.sizes, spec.dtype, device);
@@ -776,8 +869,9 @@ class NativeKernel final : public c10::OperatorKernel {
     const uint32_t flags = spec_.flags;
     const c10::DeviceIndex device = call.device;
     const c10::ScalarType dtype = call.dtype;
-    const c10::IntArrayRef out_shape =
-        call.outputs.empty() ? c10::IntArrayRef() : call.outputs[0].sizes();
+    const c10::IntArrayRef out_shape = call.outputs.empty() || !call.outputs[0].defined()
+        ? c10::IntArrayRef()
+        : call.outputs[0].sizes();
     const size_t broadcast_ints = call.num_tensors * 2 * (out_shape.size() + 1);
 
     CallScratch s;
@@ -793,25 +887,28 @@ class NativeKernel final : public c10::OperatorKernel {
     auto add_tensor = [&](const at::Tensor& t, bool mutated) -> const TFL_Tensor* {
       at::Tensor c = t;
       if (c.device().is_cpu()) {
+        if (flags & TFL_KERNEL_HOST_SCALARS) {
+          // Passed as given, never broadcast: the kernel reads the exact value
+          // in its compute type.
+          s.tensors.push_back(std::move(c));
+          s.descs.emplace_back();
+          describe(s.tensors.back(), &s.descs.back());
+          return &s.descs.back();
+        }
         const bool retype = dtype != c10::ScalarType::Undefined && c.scalar_type() != dtype &&
             (c.unsafeGetTensorImpl()->is_wrapped_number() || (flags & TFL_KERNEL_PROMOTE_INPUTS));
-        if (flags & TFL_KERNEL_HOST_SCALARS) {
-          if (retype) {
-            c = c.to(dtype);
-          }
-        } else {
-          c = upload_scalar(c, retype ? dtype : c.scalar_type(), device);
-        }
-      } else if (!mutated) {
-        if ((flags & TFL_KERNEL_PROMOTE_INPUTS) && dtype != c10::ScalarType::Undefined &&
-            c.scalar_type() != dtype) {
-          c = c.to(dtype);
-        }
-        if ((flags & TFL_KERNEL_BROADCAST_INPUTS) && (flags & TFL_KERNEL_CONTIGUOUS_INPUTS) &&
-            !out_shape.empty() && c.sizes() != out_shape) {
+        c = upload_scalar(c, retype ? dtype : c.scalar_type(), device);
+      } else if (!mutated && (flags & TFL_KERNEL_PROMOTE_INPUTS) &&
+                 dtype != c10::ScalarType::Undefined && c.scalar_type() != dtype) {
+        c = c.to(dtype);
+      }
+      const bool reshape = (flags & TFL_KERNEL_BROADCAST_INPUTS) && !out_shape.empty() &&
+          c.sizes() != out_shape;
+      if (!mutated && (flags & TFL_KERNEL_CONTIGUOUS_INPUTS)) {
+        if (reshape) {
           c = c.expand(out_shape);
         }
-        if ((flags & TFL_KERNEL_CONTIGUOUS_INPUTS) && !c.is_contiguous()) {
+        if (!c.is_contiguous()) {
           c = c.contiguous();
         }
       }
@@ -819,8 +916,7 @@ class NativeKernel final : public c10::OperatorKernel {
       s.descs.emplace_back();
       TFL_Tensor* desc = &s.descs.back();
       describe(s.tensors.back(), desc);
-      if ((flags & TFL_KERNEL_BROADCAST_INPUTS) && !(flags & TFL_KERNEL_CONTIGUOUS_INPUTS) &&
-          !out_shape.empty() && s.tensors.back().sizes() != out_shape) {
+      if (reshape && !(flags & TFL_KERNEL_CONTIGUOUS_INPUTS)) {
         broadcast_desc(desc, out_shape, s.ints);
       }
       return desc;
@@ -910,6 +1006,19 @@ class NativeKernel final : public c10::OperatorKernel {
           s.values.push_back(val);
           break;
         }
+        case ArgKind::ScalarList: {
+          const size_t first = s.doubles.size();
+          for (const c10::IValue& e : v.toListRef()) {
+            s.doubles.push_back(
+                e.isBool() ? (e.toBool() ? 1.0 : 0.0)
+                           : (e.isInt() || e.isSymInt()) ? static_cast<double>(int_of(e)) : double_of(e));
+          }
+          TFL_Value val = value_of(TFL_VALUE_DOUBLE_LIST);
+          val.v.doubles.data = s.doubles.data() + first;
+          val.v.doubles.size = s.doubles.size() - first;
+          s.values.push_back(val);
+          break;
+        }
         case ArgKind::BoolList: {
           const size_t first = s.bools.size();
           for (bool b : v.toBoolList()) {
@@ -958,14 +1067,15 @@ class NativeKernel final : public c10::OperatorKernel {
       }
     }
 
-    const size_t first_out = s.descs.size();
+    c10::SmallVector<const TFL_Tensor*, 4> out_ptrs;
     for (const at::Tensor& out : call.outputs) {
+      if (!out.defined()) {
+        out_ptrs.push_back(nullptr); // not requested
+        continue;
+      }
       s.descs.emplace_back();
       describe(out, &s.descs.back());
-    }
-    c10::SmallVector<const TFL_Tensor*, 4> out_ptrs;
-    for (size_t i = 0; i < call.outputs.size(); ++i) {
-      out_ptrs.push_back(&s.descs[first_out + i]);
+      out_ptrs.push_back(&s.descs.back());
     }
 
     KernelCall kernel_call(
@@ -974,7 +1084,7 @@ class NativeKernel final : public c10::OperatorKernel {
     if (flags & TFL_KERNEL_RANDOM) {
       uint64_t span = 0;
       for (const at::Tensor& out : call.outputs) {
-        span += static_cast<uint64_t>(out.numel());
+        span += out.defined() ? static_cast<uint64_t>(out.numel()) : 0;
       }
       std::optional<at::Generator> gen;
       if (sig_.generator_arg >= 0 && !args[sig_.generator_arg].isNone()) {
