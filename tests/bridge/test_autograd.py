@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
-
 import torch_fl
+from torch import nn
 
 
 def _compare(module: nn.Module, x: torch.Tensor, atol: float = 1e-4) -> None:

@@ -7,9 +7,8 @@ import copy
 
 import pytest
 import torch
-from torch import nn
-
 import torch_fl
+from torch import nn
 
 
 @pytest.mark.parametrize("cls", [nn.LSTM, nn.GRU], ids=lambda c: c.__name__)

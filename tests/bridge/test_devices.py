@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 import torch_fl
 from support import assert_ok, run_python
 

@@ -7,7 +7,6 @@ import json
 
 import pytest
 import torch
-
 import torch_fl
 from support import assert_ok, run_python
 
@@ -66,7 +65,7 @@ def test_decomposed_ops_run_on_native_parts() -> None:
     _not_native("aten::log_sigmoid_forward")
     x = torch.randn(5, 6, device="flemu")
     with torch_fl.fallback_mode("error"), torch_fl.op_stats_scope() as s:
-        out, buffer = torch.ops.aten.log_sigmoid_forward(x)
+        out, _ = torch.ops.aten.log_sigmoid_forward(x)
     assert s.table.get("aten::log_sigmoid_forward").decomposed == 1, s.table
     assert s.table.get("aten::exp").native >= 1, s.table
     assert s.table.totals().cpu_fallback == 0, s.table
@@ -93,9 +92,8 @@ def test_decomposition_needing_non_native_parts_falls_back_to_cpu() -> None:
 
 def test_error_mode_forbids_cpu_fallback() -> None:
     dev = torch.tensor([0.5, 1.0, 1.5, 2.0], device="flemu")
-    with torch_fl.fallback_mode("error"):
-        with pytest.raises(NotImplementedError) as err:
-            torch.atan2(dev, dev)
+    with torch_fl.fallback_mode("error"), pytest.raises(NotImplementedError) as err:
+        torch.atan2(dev, dev)
     msg = str(err.value)
     assert "aten::atan2.out" in msg and "float32" in msg and "TORCH_FL_FALLBACK=error" in msg, msg
     assert torch_fl.op_stats().get("aten::atan2.out").failed >= 1

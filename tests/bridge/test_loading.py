@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 import torch_fl
 from support import ROOT, assert_ok, compile_c, run_python
 
@@ -207,7 +206,7 @@ def test_torch_fl_plugins_env_selects_by_priority() -> None:
         print(h.name, h.priority, h.source, "|", ";".join(h.passed_over))
         """,
         env={"TORCH_FL_PLUGINS": f"flemu_env={flemu.library_path()}@5"}))
-    name, priority, *rest = out.split()
+    name, priority, *_rest = out.split()
     assert name == "flemu_env" and priority == "5", out
     assert "TORCH_FL_PLUGINS" in out and "flemu (priority 0)" in out, out
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import torch
-
 from support import assert_ok, run_python
 
 
