@@ -133,6 +133,20 @@ struct AdamJob {
   bool amsgrad = false, maximize = false, adamw = false;
 };
 
+// Elements per block: each step of the update is a separate tight loop over
+// a block of float values (so it vectorizes), and a block stays in L1.
+constexpr int64_t kBlock = 256;
+
+template <class T, class C>
+inline void load_block(const T* src, int64_t n, C* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<C>(to_compute(src[i]));
+}
+
+template <class T, class C>
+inline void store_block(const C* src, int64_t n, T* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = convert<T>(src[i]);
+}
+
 template <class T>
 void run_adam(const AdamJob& j) {
   using C = acc_t<T>;
@@ -140,9 +154,10 @@ void run_adam(const AdamJob& j) {
   const double lr = j.lr_tensor.present ? j.lr_tensor.get() : j.lr;
   const bool scaled = j.grad_scale.present;
   const C scale = scaled ? static_cast<C>(j.grad_scale.get()) : C(1);
-  const C beta1c = static_cast<C>(1.0 - j.beta1), beta2 = static_cast<C>(j.beta2), beta2c = static_cast<C>(1.0 - j.beta2);
+  const C w = static_cast<C>(1.0 - j.beta1), beta2 = static_cast<C>(j.beta2), beta2c = static_cast<C>(1.0 - j.beta2);
   const C wd = static_cast<C>(j.weight_decay), decay = static_cast<C>(1.0 - lr * j.weight_decay);
   const C eps = static_cast<C>(j.eps);
+  const bool l2 = j.weight_decay != 0.0 && !j.adamw, decoupled = j.weight_decay != 0.0 && j.adamw;
   for_chunks(j.slots, [&](const Slot& s, int64_t b, int64_t e) {
     const double step = static_cast<double>(*reinterpret_cast<const float*>(s.step));
     const double bc1 = 1.0 - std::pow(j.beta1, step), bc2 = 1.0 - std::pow(j.beta2, step);
@@ -153,35 +168,42 @@ void run_adam(const AdamJob& j) {
     T* m = reinterpret_cast<T*>(s.ptr[2]);
     T* v = reinterpret_cast<T*>(s.ptr[3]);
     T* vmax = reinterpret_cast<T*>(s.ptr[4]);
-    for (int64_t i = b; i < e; ++i) {
-      C g = static_cast<C>(to_compute(grad[i]));
+    alignas(64) C g[kBlock], p[kBlock], mv[kBlock], vv[kBlock], d[kBlock];
+    for (int64_t i0 = b; i0 < e; i0 += kBlock) {
+      const int64_t n = std::min(kBlock, e - i0);
+      load_block(grad + i0, n, g);
       if (scaled) {
-        g = g / scale;
-        grad[i] = convert<T>(g);
+        for (int64_t i = 0; i < n; ++i) g[i] = g[i] / scale;
+        store_block(g, n, grad + i0);
       }
-      if (j.maximize) g = -g;
-      C p = static_cast<C>(to_compute(param[i]));
-      if (j.weight_decay != 0.0) {
-        if (j.adamw) p = p * decay;
-        else g = g + wd * p;
-      }
+      if (j.maximize)
+        for (int64_t i = 0; i < n; ++i) g[i] = -g[i];
+      load_block(param + i0, n, p);
+      if (l2)
+        for (int64_t i = 0; i < n; ++i) g[i] = g[i] + wd * p[i];
+      if (decoupled)
+        for (int64_t i = 0; i < n; ++i) p[i] = p[i] * decay;
       // exp_avg.lerp_(grad, 1 - beta1)
-      C mv = static_cast<C>(to_compute(m[i]));
-      mv = beta1c < C(0.5) ? mv + beta1c * (g - mv) : g - (g - mv) * (C(1) - beta1c);
+      load_block(m + i0, n, mv);
+      if (w < C(0.5))
+        for (int64_t i = 0; i < n; ++i) mv[i] = mv[i] + w * (g[i] - mv[i]);
+      else
+        for (int64_t i = 0; i < n; ++i) mv[i] = g[i] - (g[i] - mv[i]) * (C(1) - w);
+      store_block(mv, n, m + i0);
       // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-      C vv = static_cast<C>(to_compute(v[i])) * beta2;
-      vv = vv + beta2c * g * g;
-      C s2 = vv;
+      load_block(v + i0, n, vv);
+      for (int64_t i = 0; i < n; ++i) vv[i] = vv[i] * beta2 + beta2c * g[i] * g[i];
+      store_block(vv, n, v + i0);
+      const C* sq = vv;
       if (j.amsgrad) {
-        const C prev = static_cast<C>(to_compute(vmax[i]));
-        s2 = prev > vv || std::isnan(prev) ? prev : vv;
-        vmax[i] = convert<T>(s2);
+        load_block(vmax + i0, n, d);
+        for (int64_t i = 0; i < n; ++i) d[i] = (d[i] > vv[i] || d[i] != d[i]) ? d[i] : vv[i];
+        store_block(d, n, vmax + i0);
+        sq = d;
       }
-      const C denom = std::sqrt(s2) / bc2_sqrt + eps;
-      p = p + neg_step_size * (mv / denom);
-      m[i] = convert<T>(mv);
-      v[i] = convert<T>(vv);
-      param[i] = convert<T>(p);
+      // param.addcdiv_(exp_avg, sqrt(s) / bias_correction2_sqrt + eps, value=-step_size)
+      for (int64_t i = 0; i < n; ++i) p[i] = p[i] + neg_step_size * (mv[i] / (std::sqrt(sq[i]) / bc2_sqrt + eps));
+      store_block(p, n, param + i0);
     }
   });
 }
@@ -252,25 +274,36 @@ void run_sgd(const SgdJob& j) {
     T* param = reinterpret_cast<T*>(s.ptr[0]);
     T* grad = reinterpret_cast<T*>(s.ptr[1]);
     T* buf = reinterpret_cast<T*>(s.ptr[2]);
-    for (int64_t i = b; i < e; ++i) {
-      C g = static_cast<C>(to_compute(grad[i]));
+    alignas(64) C g[kBlock], p[kBlock], bv[kBlock];
+    for (int64_t i0 = b; i0 < e; i0 += kBlock) {
+      const int64_t n = std::min(kBlock, e - i0);
+      load_block(grad + i0, n, g);
       if (scaled) {
-        g = g / scale;
-        grad[i] = convert<T>(g);
+        for (int64_t i = 0; i < n; ++i) g[i] = g[i] / scale;
+        store_block(g, n, grad + i0);
       }
-      if (j.maximize) g = -g;
-      const C p = static_cast<C>(to_compute(param[i]));
-      if (j.weight_decay != 0.0) g = g + wd * p;
+      if (j.maximize)
+        for (int64_t i = 0; i < n; ++i) g[i] = -g[i];
+      load_block(param + i0, n, p);
+      if (j.weight_decay != 0.0)
+        for (int64_t i = 0; i < n; ++i) g[i] = g[i] + wd * p[i];
       if (use_momentum) {
-        C bv;
-        if (j.first) bv = g;
-        else bv = static_cast<C>(to_compute(buf[i])) * mom + damp * g;
-        buf[i] = convert<T>(bv);
-        // The buffer is stored in T; the reference reads it back from there.
-        const C bs = static_cast<C>(to_compute(buf[i]));
-        g = j.nesterov ? g + mom * bs : bs;
+        if (j.first) {
+          for (int64_t i = 0; i < n; ++i) bv[i] = g[i];
+        } else {
+          load_block(buf + i0, n, bv);
+          for (int64_t i = 0; i < n; ++i) bv[i] = bv[i] * mom + damp * g[i];
+        }
+        store_block(bv, n, buf + i0);
+        // The reference reads the buffer back in its dtype.
+        load_block(buf + i0, n, bv);
+        if (j.nesterov)
+          for (int64_t i = 0; i < n; ++i) g[i] = g[i] + mom * bv[i];
+        else
+          for (int64_t i = 0; i < n; ++i) g[i] = bv[i];
       }
-      param[i] = convert<T>(p + neg_lr * g);
+      for (int64_t i = 0; i < n; ++i) p[i] = p[i] + neg_lr * g[i];
+      store_block(p, n, param + i0);
     }
   });
 }
