@@ -54,8 +54,12 @@ def test_every_collective_op_and_dtype(comm_check: Path, world: int) -> None:
 
 
 @pytest.mark.slow
-def test_tcp_path_without_shared_memory(comm_check: Path) -> None:
-    proc = run(comm_check, "correctness", 2, env={"FLEMU_COMM_SHM": "0"})
+@pytest.mark.parametrize("env", [{"FLEMU_COMM_SHM": "0"}, {"FLEMU_COMM_SHM_MIN_BYTES": "0"}],
+                         ids=["tcp-only", "shared-memory-always"])
+def test_each_transport_alone(comm_check: Path, env: dict[str, str]) -> None:
+    # By default operations below 256 KiB go over TCP and larger ones through
+    # shared memory; here every size takes one path.
+    proc = run(comm_check, "correctness", 3, env=env)
     assert proc.returncode == 0, describe(proc)
 
 
@@ -69,8 +73,14 @@ def test_ring_and_tree_thresholds_forced(comm_check: Path) -> None:
         assert proc.returncode == 0, f"{env}\n{describe(proc)}"
 
 
+TRANSPORTS = {"default": {}, "tcp-only": {"FLEMU_COMM_SHM": "0"}, "shared-memory-always": {"FLEMU_COMM_SHM_MIN_BYTES": "0"}}
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("transport", list(TRANSPORTS))
 @pytest.mark.parametrize("mode,world", [("timeout", 2), ("dead-rank", 3), ("abort", 3), ("mismatch", 2)])
-def test_failures_are_errors_not_hangs(comm_check: Path, mode: str, world: int) -> None:
-    proc = run(comm_check, mode, world, timeout=60)
+def test_failures_are_errors_not_hangs(comm_check: Path, mode: str, world: int, transport: str) -> None:
+    # Each failure through each transport: the messages (operation numbers
+    # included) must not depend on which one carried the operation.
+    proc = run(comm_check, mode, world, env=TRANSPORTS[transport], timeout=60)
     assert proc.returncode == 0, describe(proc)

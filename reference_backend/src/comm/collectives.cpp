@@ -188,7 +188,7 @@ void Communicator::all_reduce(const char* send, char* recv, size_t count, int32_
       if (send != recv && bytes != 0) std::memcpy(recv, send, bytes);
       return;
     }
-    if (shm_ && shm_->all_reduce(ctx, send, recv, count, dtype, op)) return;
+    if (use_shm(bytes) && shm_->all_reduce(ctx, send, recv, count, dtype, op)) return;
     if (bytes <= tuning().allreduce_small_bytes || count < static_cast<size_t>(size_))
       rd_all_reduce(*this, ctx, send, recv, count, dtype, op);
     else
@@ -202,7 +202,7 @@ void Communicator::all_gather(const char* send, char* recv, size_t count, int32_
     char* own = recv + static_cast<size_t>(rank_) * chunk;
     if (send != own && chunk != 0) std::memmove(own, send, chunk);
     if (size_ == 1) return;
-    if (shm_ && shm_->all_gather(ctx, recv, chunk)) return;
+    if (use_shm(chunk * static_cast<size_t>(size_)) && shm_->all_gather(ctx, recv, chunk)) return;
     const int next = mod(rank_ + 1, size_), prev = mod(rank_ - 1, size_);
     for (int s = 0; s < size_ - 1; ++s) {
       const int sc = mod(rank_ - s, size_), rc = mod(rank_ - s - 1, size_);
@@ -221,7 +221,8 @@ void Communicator::reduce_scatter(const char* send, char* recv, size_t count, in
       if (send != recv && chunk != 0) std::memmove(recv, send, chunk);
       return;
     }
-    if (shm_ && shm_->reduce_scatter(ctx, send, recv, count, dtype, op)) return;
+    if (use_shm(chunk * static_cast<size_t>(size_)) && shm_->reduce_scatter(ctx, send, recv, count, dtype, op))
+      return;
     const int next = mod(rank_ + 1, size_), prev = mod(rank_ - 1, size_);
     char* bufs[2] = {scratch(chunk, 1), scratch(chunk, 2)};
     const char* sending = send + static_cast<size_t>(mod(rank_ - 1, size_)) * chunk;
@@ -253,7 +254,7 @@ void Communicator::broadcast(const char* send, char* recv, size_t count, int32_t
   run(OpKind::kBroadcast, [&](const OpContext& ctx) {
     if (rank_ == root && send != recv && bytes != 0) std::memmove(recv, send, bytes);
     if (size_ == 1) return;
-    if (shm_ && shm_->broadcast(ctx, recv, bytes, root)) return;
+    if (use_shm(bytes) && shm_->broadcast(ctx, recv, bytes, root)) return;
     const int vr = mod(rank_ - root, size_);
     if (bytes <= tuning().broadcast_small_bytes || size_ == 2) {
       // Binomial tree: receive from the parent, then send to every child.
@@ -310,7 +311,6 @@ void Communicator::all_to_all(const char* send, char* recv, const std::vector<si
 void Communicator::barrier() {
   run(OpKind::kBarrier, [&](const OpContext& ctx) {
     if (size_ == 1) return;
-    if (shm_ && shm_->barrier(ctx)) return;
     uint16_t step = 0;
     for (int dist = 1; dist < size_; dist *= 2, ++step) {
       Transfer t[2] = {send_to(*this, mod(rank_ + dist, size_), nullptr, 0, step),

@@ -131,6 +131,9 @@ const Tuning& tuning() {
     t.broadcast_small_bytes = env_bytes("FLEMU_COMM_SMALL_BROADCAST", size_t{64} << 10);
     const char* shm = std::getenv("FLEMU_COMM_SHM");
     t.shared_memory = !(shm != nullptr && std::strcmp(shm, "0") == 0);
+    // The shared-memory path synchronizes three times per operation (posted,
+    // read, finished); below this size one TCP round trip is cheaper.
+    t.shared_memory_min_bytes = env_bytes("FLEMU_COMM_SHM_MIN_BYTES", size_t{256} << 10);
     return t;
   }();
   return t;
@@ -194,7 +197,15 @@ std::shared_ptr<Communicator> Communicator::create(int32_t device, int32_t world
   std::shared_ptr<Communicator> comm(new Communicator(device, world_size, rank, timeout_ms));
   comm->bootstrap(id);
   comm->start_monitor();
-  if (tuning().shared_memory && world_size > 1) comm->shm_ = SharedMemoryPath::create(*comm);
+  if (world_size > 1) {
+    // Every rank takes part in the set-up, even with FLEMU_COMM_SHM=0 (it
+    // then says no): a rank that skipped it would desynchronize the others.
+    comm->shm_ = SharedMemoryPath::create(*comm);
+    // Messages number the caller's operations from #1 whichever transport
+    // runs them. Reusing the set-up's numbers is safe: its exchanges are over
+    // on this rank and their bytes precede later ones on every connection.
+    comm->coll_seq_ = 0;
+  }
   return comm;
 }
 

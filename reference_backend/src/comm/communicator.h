@@ -104,6 +104,15 @@ struct Transfer {
   bool finished() const { return header_done == sizeof(MsgHeader) && done == len; }
 };
 
+// Process-wide size thresholds, read once from the environment.
+struct Tuning {
+  size_t allreduce_small_bytes;  // FLEMU_COMM_SMALL_ALLREDUCE: recursive doubling at or below
+  size_t broadcast_small_bytes;  // FLEMU_COMM_SMALL_BROADCAST: binomial tree at or below
+  bool shared_memory;            // FLEMU_COMM_SHM: same-host fast path
+  size_t shared_memory_min_bytes;  // FLEMU_COMM_SHM_MIN_BYTES: TCP below it
+};
+const Tuning& tuning();
+
 class Communicator {
  public:
   // Collective over all ranks; returns once every rank has joined.
@@ -177,6 +186,9 @@ class Communicator {
   bool set_error(int32_t code, std::string message);
   void notify_peers(int32_t code, const std::string& message, int except_rank);
   [[noreturn]] void peer_lost(const OpContext& ctx, int peer, const std::string& detail);
+  // Whether an operation moving `bytes` takes the shared-memory path; the
+  // same answer on every rank (same sizes, same tuning).
+  bool use_shm(size_t bytes) const { return shm_ && bytes >= tuning().shared_memory_min_bytes; }
 
   void progress_send(Transfer& t, const OpContext& ctx);
   void progress_recv(Transfer& t, const OpContext& ctx);
@@ -216,14 +228,6 @@ class Communicator {
   std::unique_ptr<SharedMemoryPath> shm_;
   bool destroyed_ = false;
 };
-
-// Process-wide size thresholds, read once from the environment.
-struct Tuning {
-  size_t allreduce_small_bytes;  // FLEMU_COMM_SMALL_ALLREDUCE: recursive doubling at or below
-  size_t broadcast_small_bytes;  // FLEMU_COMM_SMALL_BROADCAST: binomial tree at or below
-  bool shared_memory;            // FLEMU_COMM_SHM: same-host fast path
-};
-const Tuning& tuning();
 
 }  // namespace flemu::comm
 

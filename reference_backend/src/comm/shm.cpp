@@ -33,11 +33,11 @@ namespace {
 // it is the futex word the other ranks sleep on.
 struct alignas(64) Slot {
   std::atomic<uint32_t> progress;
-  uint32_t kind;
-  uint64_t seq;
-  uint64_t bytes;
-  uint64_t send_off;  // byte offsets in this rank's device memory file
-  uint64_t recv_off;
+  std::atomic<uint32_t> kind;
+  std::atomic<uint64_t> seq;
+  std::atomic<uint64_t> bytes;
+  std::atomic<uint64_t> send_off;  // byte offsets in this rank's device memory file
+  std::atomic<uint64_t> recv_off;
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "the futex word must be a plain 32-bit word");
 
@@ -269,29 +269,25 @@ class ShmPath final : public SharedMemoryPath {
     return true;
   }
 
-  bool barrier(const OpContext& ctx) override {
-    post(ctx, nullptr, nullptr, 0);
-    wait_all(ctx, kPosted);
-    advance(kRead);
-    advance(kFinished);
-    return true;
-  }
-
  private:
   uint64_t offset_of(const char* p) const { return p == nullptr ? 0 : static_cast<uint64_t>(p - own_base_); }
-  const char* peer_send(int p) const { return peer_base_[p] + slots_[p].send_off; }
-  const char* peer_recv(int p) const { return peer_base_[p] + slots_[p].recv_off; }
+  const char* peer_send(int p) const {
+    return peer_base_[p] + slots_[p].send_off.load(std::memory_order_relaxed);
+  }
+  const char* peer_recv(int p) const {
+    return peer_base_[p] + slots_[p].recv_off.load(std::memory_order_relaxed);
+  }
 
   // Publishes this rank's buffers for the operation and reaches phase 1.
   void post(const OpContext& ctx, const char* send, char* recv, size_t bytes) {
     ++ops_;
     Slot& s = slots_[rank_];
-    s.kind = static_cast<uint32_t>(ctx.kind);
-    s.seq = ctx.seq;
-    s.bytes = bytes;
-    s.send_off = offset_of(send != nullptr ? send : recv);
-    s.recv_off = offset_of(recv);
-    advance(kPosted);
+    s.kind.store(static_cast<uint32_t>(ctx.kind), std::memory_order_relaxed);
+    s.seq.store(ctx.seq, std::memory_order_relaxed);
+    s.bytes.store(bytes, std::memory_order_relaxed);
+    s.send_off.store(offset_of(send != nullptr ? send : recv), std::memory_order_relaxed);
+    s.recv_off.store(offset_of(recv), std::memory_order_relaxed);
+    advance(kPosted);  // releases the fields above
   }
 
   void advance(uint32_t phase) {
@@ -313,19 +309,33 @@ class ShmPath final : public SharedMemoryPath {
     for (int k = 1; k < n_; ++k) {
       const int p = (rank_ + k) % n_;
       wait_for(ctx, p, target, phase);
-      if (phase == kPosted) {
-        const Slot& s = slots_[p];
-        if (s.kind != static_cast<uint32_t>(ctx.kind) || s.seq != ctx.seq)
-          comm_.fail(ctx, TFL_ERR_INVALID_ARGUMENT,
-                     cat("rank ", p, " is in ", op_kind_name(static_cast<OpKind>(s.kind)), " #", s.seq,
-                         " while this rank is in ", ctx.name,
-                         ": every rank must call the operations of a communicator in the same order"));
-        if (s.bytes != slots_[rank_].bytes)
-          comm_.fail(ctx, TFL_ERR_INVALID_ARGUMENT,
-                     cat("rank ", p, " passed ", s.bytes, " bytes but this rank ", slots_[rank_].bytes,
-                         ": the ranks passed different counts or dtypes"));
-      }
+      if (phase == kPosted) check_same_call(ctx, p);
     }
+  }
+
+  // The peer's slot describes this operation unless the peer has already
+  // moved past it; read it between two loads of its progress, like a
+  // sequence lock.
+  void check_same_call(const OpContext& ctx, int p) {
+    const Slot& s = slots_[p];
+    const uint32_t last_phase = static_cast<uint32_t>(3 * ops_);
+    const uint32_t before = s.progress.load(std::memory_order_acquire);
+    const auto kind = s.kind.load(std::memory_order_relaxed);
+    const uint64_t seq = s.seq.load(std::memory_order_relaxed);
+    const uint64_t bytes = s.bytes.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    const uint32_t after = s.progress.load(std::memory_order_relaxed);
+    if (static_cast<int32_t>(before - last_phase) > 0 || before != after) return;
+    if (kind != static_cast<uint32_t>(ctx.kind) || seq != ctx.seq)
+      comm_.fail(ctx, TFL_ERR_INVALID_ARGUMENT,
+                 cat("rank ", p, " is in ", op_kind_name(static_cast<OpKind>(kind)), " #", seq,
+                     " while this rank is in ", ctx.name,
+                     ": every rank must call the operations of a communicator in the same order"));
+    const uint64_t mine = slots_[rank_].bytes.load(std::memory_order_relaxed);
+    if (bytes != mine)
+      comm_.fail(ctx, TFL_ERR_INVALID_ARGUMENT,
+                 cat("rank ", p, " passed ", bytes, " bytes but this rank ", mine,
+                     ": the ranks passed different counts or dtypes"));
   }
 
   void wait_for(const OpContext& ctx, int p, uint32_t target, uint32_t phase) {

@@ -38,7 +38,6 @@ class SharedMemoryPath {
   virtual bool reduce_scatter(const OpContext& ctx, const char* send, char* recv, size_t count, int32_t dtype,
                               int32_t op) = 0;
   virtual bool broadcast(const OpContext& ctx, char* buf, size_t bytes, int root) = 0;
-  virtual bool barrier(const OpContext& ctx) = 0;
 };
 
 }  // namespace flemu::comm
