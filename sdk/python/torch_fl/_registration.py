@@ -238,6 +238,12 @@ def register_device_plugin(
         )
         atexit.register(_at_exit)
         os.register_at_fork(after_in_child=_after_fork_in_child)
+        if _active.groups.get("collectives"):
+            # Registered after _at_exit: atexit runs last-in first-out, so process
+            # groups are closed while the plugin is still up.
+            from torch_fl.distributed import register_backend as _register_distributed
+
+            _register_distributed(name)
         from torch_fl.tooling.probe import apply_at_load
 
         apply_at_load()  # probed tunables from the cache (never raises)

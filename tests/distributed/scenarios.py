@@ -1,0 +1,665 @@
+"""What each rank of a distributed test runs (started by ranks.py).
+
+    python scenarios.py SCENARIO --rank R --world N --store PATH --out FILE
+
+Each scenario records named checks ("ok" or the failure with its traceback)
+and facts in FILE as JSON; the tests in test_*.py assert on them, so one set
+of processes serves many test cases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+DEVICE_TYPE = "flemu"
+BACKEND = "tfl"
+
+OPS = {
+    "sum": dist.ReduceOp.SUM,
+    "product": dist.ReduceOp.PRODUCT,
+    "min": dist.ReduceOp.MIN,
+    "max": dist.ReduceOp.MAX,
+    "avg": dist.ReduceOp.AVG,
+}
+DTYPES = {
+    "bool": torch.bool,
+    "uint8": torch.uint8,
+    "int8": torch.int8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+}
+# Every op with every dtype at world size 2; at 4, every op on float32 and
+# every dtype with sum (the product again would double the suite's time).
+ALL_REDUCE_CASES = {
+    2: [(op, dt) for op in OPS for dt in DTYPES if not (dt == "bool" and op == "avg")],
+    4: [*((op, "float32") for op in OPS), *(("sum", dt) for dt in DTYPES if dt != "float32")],
+}
+
+OTHER_CHECKS = [
+    "all_reduce_large",
+    "all_reduce_async",
+    "all_reduce_future",
+    "all_reduce_complex",
+    "all_reduce_functional",
+    "all_reduce_premul_sum",
+    "all_gather",
+    "all_gather_uneven",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_uneven",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "all_to_all_single",
+    "all_to_all_single_splits",
+    "all_to_all",
+    "send_recv",
+    "isend_irecv",
+    "barrier",
+    "reduce",
+    "gather",
+    "scatter",
+    "cpu_tensors_through_gloo",
+    "wrong_device_error",
+    "non_dense_error",
+]
+
+
+def collective_checks(world: int) -> list[str]:
+    """The checks the collectives scenario records at this world size."""
+    cases = ALL_REDUCE_CASES.get(world, ALL_REDUCE_CASES[2])
+    return [*(f"all_reduce[{op}-{dt}]" for op, dt in cases), *OTHER_CHECKS]
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.checks: dict[str, str] = {}
+        self.info: dict[str, Any] = {}
+
+    def check(self, name: str, fn: Callable[[], None]) -> None:
+        start = time.perf_counter()
+        try:
+            fn()
+            self.checks[name] = "ok"
+        except Exception as exc:  # noqa: BLE001 - recorded for the test to report
+            self.checks[name] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+        self.info.setdefault("seconds", {})[name] = round(time.perf_counter() - start, 3)
+
+
+def assert_equal(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    actual = actual.cpu()
+    expected = expected.to(actual.dtype)
+    if actual.dtype.is_floating_point or actual.dtype.is_complex:
+        ok = torch.allclose(actual.to(torch.complex128 if actual.is_complex() else torch.float64),
+                            expected.to(torch.complex128 if expected.is_complex() else torch.float64),
+                            rtol=1e-2 if actual.element_size() == 2 else 1e-6, atol=0)
+    else:
+        ok = torch.equal(actual, expected)
+    if not ok:
+        diff = (actual != expected).nonzero()
+        first = diff[0].tolist() if len(diff) else []
+        raise AssertionError(
+            f"{what}: actual differs from expected at {len(diff)} positions, first {first}: "
+            f"actual {actual.flatten()[:8].tolist()} expected {expected.flatten()[:8].tolist()}")
+
+
+def values(rank: int, n: int, dtype: torch.dtype, op: str = "sum", offset: int = 0) -> torch.Tensor:
+    """Rank `rank`'s input: small integers, exact in every dtype."""
+    i = torch.arange(offset, offset + n, dtype=torch.int64)
+    if dtype == torch.bool:
+        return (i + rank) % 3 == 0
+    if op == "product":
+        return ((i + rank) % 2 + 1).to(dtype)
+    return ((i + 3 * rank) % 5 + 1).to(dtype)
+
+
+def expected_reduction(world: int, n: int, dtype: torch.dtype, op: str) -> torch.Tensor:
+    stack = torch.stack([values(r, n, dtype, op).to(torch.float64) for r in range(world)])
+    if dtype == torch.bool:
+        out = {"sum": stack.amax(0), "product": stack.amin(0), "min": stack.amin(0), "max": stack.amax(0)}[op]
+        return out.to(torch.bool)
+    out = {"sum": stack.sum(0), "product": stack.prod(0), "min": stack.amin(0), "max": stack.amax(0),
+           "avg": stack.sum(0)}[op]
+    if op == "avg":
+        out = out / world if dtype.is_floating_point else torch.div(out, world, rounding_mode="trunc")
+    return out.to(dtype)
+
+
+# ---------------------------------------------------------------------------
+# Scenarios
+# ---------------------------------------------------------------------------
+
+
+def collectives(rec: Recorder, rank: int, world: int, dev: torch.device) -> None:
+    for op, dt in ALL_REDUCE_CASES.get(world, ALL_REDUCE_CASES[2]):
+        dtype = DTYPES[dt]
+
+        def run(op: str = op, dtype: torch.dtype = dtype) -> None:
+            for n in (3, 70001):  # fewer elements than ranks per chunk; uneven chunks past 256 KiB
+                t = values(rank, n, dtype, op).to(dev)
+                dist.all_reduce(t, op=OPS[op])
+                assert_equal(t, expected_reduction(world, n, dtype, op), f"all_reduce {op} {dtype} n={n}")
+
+        rec.check(f"all_reduce[{op}-{dt}]", run)
+
+    def large() -> None:
+        n = (4 << 20) // 4 + 3
+        t = values(rank, n, torch.float32).to(dev)
+        dist.all_reduce(t)
+        assert_equal(t, expected_reduction(world, n, torch.float32, "sum"), "4 MiB all_reduce")
+
+    rec.check("all_reduce_large", large)
+
+    def async_op() -> None:
+        t = values(rank, 100003, torch.float32).to(dev)
+        work = dist.all_reduce(t, async_op=True)
+        assert work is not None, "async_op=True returned no Work"
+        assert work.wait() is True, "Work.wait() did not return True"
+        assert work.is_completed(), "Work.is_completed() is False after wait()"
+        assert work.is_success(), "Work.is_success() is False after a successful wait()"
+        assert_equal(t, expected_reduction(world, 100003, torch.float32, "sum"), "async all_reduce")
+        # Several in flight at once, waited in reverse.
+        ts = [values(rank, 1000 * (k + 1), torch.float32).to(dev) for k in range(4)]
+        works = [dist.all_reduce(x, async_op=True) for x in ts]
+        for w in reversed(works):
+            w.wait()
+        for k, x in enumerate(ts):
+            assert_equal(x, expected_reduction(world, 1000 * (k + 1), torch.float32, "sum"), f"in flight #{k}")
+
+    rec.check("all_reduce_async", async_op)
+
+    def future() -> None:
+        t = values(rank, 4099, torch.float64).to(dev)
+        fut = dist.all_reduce(t, async_op=True).get_future()
+        chained = fut.then(lambda f: f.value()[0] * 2)
+        out = chained.wait()
+        assert_equal(out, expected_reduction(world, 4099, torch.float64, "sum") * 2, "future.then")
+
+    rec.check("all_reduce_future", future)
+
+    def complex_sum() -> None:
+        real = values(rank, 33, torch.float32)
+        t = torch.complex(real, -real).to(dev)
+        dist.all_reduce(t)
+        exp = expected_reduction(world, 33, torch.float32, "sum")
+        assert_equal(t, torch.complex(exp, -exp), "complex all_reduce")
+
+    rec.check("all_reduce_complex", complex_sum)
+
+    def functional() -> None:
+        import torch.distributed._functional_collectives as funcol
+
+        t = values(rank, 129, torch.float32).to(dev)
+        before = t.clone()
+        out = funcol.all_reduce(t, "sum", dist.group.WORLD)
+        out = funcol.wait_tensor(out) if hasattr(funcol, "wait_tensor") else out
+        assert_equal(out, expected_reduction(world, 129, torch.float32, "sum"), "functional all_reduce")
+        assert_equal(t, before.cpu(), "functional all_reduce left its input alone")
+
+    rec.check("all_reduce_functional", functional)
+
+    def premul_sum() -> None:
+        t = values(rank, 65, torch.float32).to(dev)
+        dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
+        assert_equal(t, expected_reduction(world, 65, torch.float32, "sum") * 0.5, "premul_sum")
+
+    rec.check("all_reduce_premul_sum", premul_sum)
+
+    def all_gather() -> None:
+        for n in (1, 1001):
+            inp = values(rank, n, torch.float32).to(dev)
+            outs = [torch.empty(n, device=dev) for _ in range(world)]
+            dist.all_gather(outs, inp)
+            for r in range(world):
+                assert_equal(outs[r], values(r, n, torch.float32), f"all_gather slot {r} n={n}")
+
+    rec.check("all_gather", all_gather)
+
+    def all_gather_uneven() -> None:
+        inp = values(rank, rank + 3, torch.int64).to(dev)
+        outs = [torch.empty(r + 3, dtype=torch.int64, device=dev) for r in range(world)]
+        dist.all_gather(outs, inp)
+        for r in range(world):
+            assert_equal(outs[r], values(r, r + 3, torch.int64), f"uneven all_gather slot {r}")
+
+    rec.check("all_gather_uneven", all_gather_uneven)
+
+    def all_gather_into_tensor() -> None:
+        inp = values(rank, 2 * 7, torch.bfloat16).reshape(2, 7).to(dev)
+        out = torch.empty(2 * world, 7, dtype=torch.bfloat16, device=dev)
+        dist.all_gather_into_tensor(out, inp)
+        exp = torch.cat([values(r, 14, torch.bfloat16).reshape(2, 7) for r in range(world)])
+        assert_equal(out, exp, "all_gather_into_tensor")
+
+    rec.check("all_gather_into_tensor", all_gather_into_tensor)
+
+    def reduce_scatter() -> None:
+        n = 1003
+        ins = [values(rank, n, torch.float32, offset=p * n).to(dev) for p in range(world)]
+        out = torch.empty(n, device=dev)
+        dist.reduce_scatter(out, ins)
+        exp = sum(values(r, n, torch.float32, offset=rank * n) for r in range(world))
+        assert_equal(out, exp, "reduce_scatter")
+
+    rec.check("reduce_scatter", reduce_scatter)
+
+    def reduce_scatter_uneven() -> None:
+        sizes = [p + 2 for p in range(world)]
+        ins = [values(rank, sizes[p], torch.int32, offset=10 * p).to(dev) for p in range(world)]
+        out = torch.empty(sizes[rank], dtype=torch.int32, device=dev)
+        dist.reduce_scatter(out, ins, op=dist.ReduceOp.MAX)
+        exp = torch.stack([values(r, sizes[rank], torch.int32, offset=10 * rank) for r in range(world)]).amax(0)
+        assert_equal(out, exp, "uneven reduce_scatter max")
+
+    rec.check("reduce_scatter_uneven", reduce_scatter_uneven)
+
+    def reduce_scatter_tensor() -> None:
+        n = 50001
+        inp = values(rank, n * world, torch.float32).to(dev)
+        out = torch.empty(n, device=dev)
+        dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.AVG)
+        full = torch.stack([values(r, n * world, torch.float32) for r in range(world)]).sum(0) / world
+        assert_equal(out, full[rank * n:(rank + 1) * n], "reduce_scatter_tensor avg")
+
+    rec.check("reduce_scatter_tensor", reduce_scatter_tensor)
+
+    def broadcast() -> None:
+        for root in {0, world - 1}:
+            for n in (5, 300001):  # binomial tree, then the chain
+                t = (values(root, n, torch.int64) if rank == root else torch.full((n,), -1)).to(dev)
+                dist.broadcast(t, src=root)
+                assert_equal(t, values(root, n, torch.int64), f"broadcast from {root} n={n}")
+
+    rec.check("broadcast", broadcast)
+
+    def all_to_all_single() -> None:
+        n = 6
+        inp = torch.arange(world * n, dtype=torch.float32).add(100 * rank).to(dev)
+        out = torch.empty(world * n, device=dev)
+        dist.all_to_all_single(out, inp)
+        exp = torch.cat([torch.arange(rank * n, (rank + 1) * n, dtype=torch.float32) + 100 * r for r in range(world)])
+        assert_equal(out, exp, "all_to_all_single")
+
+    rec.check("all_to_all_single", all_to_all_single)
+
+    def all_to_all_single_splits() -> None:
+        # Rank r sends (r + p) % 3 + 1 rows of 4 to rank p.
+        send = [(rank + p) % 3 + 1 for p in range(world)]
+        recv = [(p + rank) % 3 + 1 for p in range(world)]
+        rows = [torch.full((send[p], 4), float(1000 * rank + p)) for p in range(world)]
+        inp = torch.cat(rows).to(dev)
+        out = torch.empty(sum(recv), 4, device=dev)
+        dist.all_to_all_single(out, inp, output_split_sizes=recv, input_split_sizes=send)
+        exp = torch.cat([torch.full((recv[p], 4), float(1000 * p + rank)) for p in range(world)])
+        assert_equal(out, exp, "all_to_all_single with splits")
+
+    rec.check("all_to_all_single_splits", all_to_all_single_splits)
+
+    def all_to_all() -> None:
+        ins = [torch.full((p + 1,), float(10 * rank + p), device=dev) for p in range(world)]
+        outs = [torch.empty(rank + 1, device=dev) for _ in range(world)]
+        dist.all_to_all(outs, ins)
+        for p in range(world):
+            assert_equal(outs[p], torch.full((rank + 1,), float(10 * p + rank)), f"all_to_all from {p}")
+
+    rec.check("all_to_all", all_to_all)
+
+    def send_recv() -> None:
+        # Pairs (0,1), (2,3): the even rank sends first, the odd one receives first.
+        peer = rank ^ 1
+        if peer >= world:
+            return
+        mine = values(rank, 200003, torch.float64).to(dev)
+        got = torch.empty(200003, dtype=torch.float64, device=dev)
+        if rank % 2 == 0:
+            dist.send(mine, peer)
+            dist.recv(got, peer)
+        else:
+            dist.recv(got, peer)
+            dist.send(mine, peer)
+        assert_equal(got, values(peer, 200003, torch.float64), "blocking send/recv")
+
+    rec.check("send_recv", send_recv)
+
+    def isend_irecv() -> None:
+        # A ring shift: everyone sends and receives at once; 4 MiB each so the
+        # transfers cannot hide in socket buffers.
+        n = 1 << 20
+        nxt, prv = (rank + 1) % world, (rank - 1) % world
+        mine = values(rank, n, torch.float32).to(dev)
+        got = torch.empty(n, device=dev)
+        if world == 1:
+            # Alone, the ring sends to itself: refused, not a hang.
+            try:
+                dist.isend(mine, nxt)
+            except ValueError as exc:
+                assert "this rank" in str(exc), f"unhelpful message: {exc}"
+                return
+            raise AssertionError("isend to this rank itself was accepted")
+        works = [dist.isend(mine, nxt), dist.irecv(got, prv)]
+        for w in works:
+            w.wait()
+        assert_equal(got, values(prv, n, torch.float32), "isend/irecv ring")
+        ops = [dist.P2POp(dist.isend, mine, nxt), dist.P2POp(dist.irecv, got.zero_(), prv)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        assert_equal(got, values(prv, n, torch.float32), "batch_isend_irecv ring")
+
+    rec.check("isend_irecv", isend_irecv)
+
+    def barrier() -> None:
+        for _ in range(3):
+            dist.barrier()
+        work = dist.barrier(async_op=True)
+        work.wait()
+
+    rec.check("barrier", barrier)
+
+    def reduce() -> None:
+        t = values(rank, 77, torch.int64).to(dev)
+        before = t.clone()
+        dist.reduce(t, dst=world - 1)
+        if rank == world - 1:
+            assert_equal(t, expected_reduction(world, 77, torch.int64, "sum"), "reduce on the root")
+        else:
+            assert_equal(t, before.cpu(), "reduce left a non-root tensor alone")
+
+    rec.check("reduce", reduce)
+
+    def gather() -> None:
+        t = values(rank, 9, torch.float32).to(dev)
+        outs = [torch.empty(9, device=dev) for _ in range(world)] if rank == 0 else None
+        dist.gather(t, outs, dst=0)
+        if rank == 0:
+            for r in range(world):
+                assert_equal(outs[r], values(r, 9, torch.float32), f"gather slot {r}")
+
+    rec.check("gather", gather)
+
+    def scatter() -> None:
+        out = torch.empty(11, dtype=torch.int32, device=dev)
+        ins = [values(p, 11, torch.int32).to(dev) for p in range(world)] if rank == world - 1 else None
+        dist.scatter(out, ins, src=world - 1)
+        assert_equal(out, values(rank, 11, torch.int32), "scatter")
+
+    rec.check("scatter", scatter)
+
+    def cpu_tensors() -> None:
+        t = values(rank, 10, torch.float32)
+        dist.all_reduce(t)
+        assert_equal(t, expected_reduction(world, 10, torch.float32, "sum"), "CPU all_reduce through gloo")
+        backend = dist.get_backend()
+        assert "gloo" in str(backend) and BACKEND in str(backend), f"the group's backend is {backend!r}"
+
+    rec.check("cpu_tensors_through_gloo", cpu_tensors)
+
+    def wrong_device() -> None:
+        other = torch.device(DEVICE_TYPE, (dev.index + 1) % torch.accelerator.device_count())
+        if other == dev:
+            return
+        try:
+            dist.all_reduce(torch.ones(3, device=other))
+        except Exception as exc:  # noqa: BLE001
+            assert "one device per process" in str(exc), f"unhelpful message: {exc}"
+        else:
+            raise AssertionError("an all_reduce on another device than the group's was accepted")
+
+    rec.check("wrong_device_error", wrong_device)
+
+    def non_dense() -> None:
+        t = torch.ones(4, 6, device=dev)[:, ::2]
+        try:
+            dist.all_reduce(t)
+        except Exception as exc:  # noqa: BLE001
+            assert "dense" in str(exc), f"unhelpful message: {exc}"
+        else:
+            raise AssertionError("all_reduce of a strided view was accepted")
+
+    rec.check("non_dense_error", non_dense)
+
+
+def backend_names(rec: Recorder, rank: int, world: int, dev: torch.device, store_path: str) -> None:
+    """init_process_group by the device's name, by the backend's, and with no
+    backend at all (the accelerator's default), one group after the other."""
+    for name in (DEVICE_TYPE, BACKEND, None):
+        def run(name: str | None = name) -> None:
+            store = dist.FileStore(f"{store_path}.{name}", world)
+            dist.init_process_group(name, store=store, rank=rank, world_size=world,
+                                    timeout=timedelta(seconds=60), device_id=dev)
+            try:
+                t = torch.full((5,), float(rank + 1), device=dev)
+                dist.all_reduce(t)
+                assert_equal(t, torch.full((5,), float(world * (world + 1) // 2)), f"all_reduce in group {name!r}")
+                backend = str(dist.get_backend())
+                rec.info[f"backend/{name}"] = backend
+                assert (name or BACKEND) in backend, f"init_process_group({name!r}) made a {backend!r} group"
+            finally:
+                dist.destroy_process_group()
+
+        rec.check(f"backend[{name}]", run)
+
+
+def timeout(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.Store) -> None:
+    """Rank 0 enters an all_reduce that rank 1 never joins."""
+    dist.barrier()  # both ranks create the communicator
+    if rank == 0:
+        t = torch.ones(1024, device=dev)
+        start = time.monotonic()
+        try:
+            dist.all_reduce(t)
+        except Exception as exc:  # noqa: BLE001
+            rec.info["error_type"] = type(exc).__name__
+            rec.info["error"] = str(exc)
+        rec.info["seconds"] = time.monotonic() - start
+        store.set("rank0_done", "1")
+    else:
+        store.wait(["rank0_done"], timedelta(seconds=60))
+
+
+def dead_rank(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.Store, victim: int) -> None:
+    """Rank `victim` is killed after the communicator is up; the others run
+    an all_reduce and must fail naming it, well before the timeout."""
+    dist.barrier()
+    if rank == victim:
+        time.sleep(0.5)  # the others are past the barrier and into the all_reduce
+        os.kill(os.getpid(), signal.SIGKILL)
+    t = torch.ones(1 << 18, device=dev)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+    except Exception as exc:  # noqa: BLE001
+        rec.info["error_type"] = type(exc).__name__
+        rec.info["error"] = str(exc)
+    rec.info["seconds"] = time.monotonic() - start
+
+
+def abort(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.Store) -> None:
+    """Rank 0 aborts its process group while the others wait in an all_reduce."""
+    dist.barrier()
+    if rank == 0:
+        time.sleep(0.5)
+        start = time.monotonic()
+        dist.distributed_c10d._abort_process_group()
+        rec.info["abort_seconds"] = time.monotonic() - start
+        return
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(64, device=dev))
+    except Exception as exc:  # noqa: BLE001
+        rec.info["error_type"] = type(exc).__name__
+        rec.info["error"] = str(exc)
+    rec.info["seconds"] = time.monotonic() - start
+
+
+def mismatch(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.Store,
+             elements: list[int]) -> None:
+    """Rank 0 passes elements[0] floats to an all_reduce, the others
+    elements[1]: every rank must fail naming the operation and a rank."""
+    dist.barrier()
+    t = torch.ones(elements[0] if rank == 0 else elements[1], device=dev)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+    except Exception as exc:  # noqa: BLE001
+        rec.info["error_type"] = type(exc).__name__
+        rec.info["error"] = str(exc)
+    rec.info["seconds"] = time.monotonic() - start
+
+
+def ddp(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.Store) -> None:
+    """DDP training of the zoo's LSTM language model on the device, each rank
+    on its shard of every batch, against single-process CPU training on the
+    whole batch (rank 0 runs it). The zoo's dropout records its masks on the
+    device; the ranks gather them so the CPU run drops the same elements."""
+    import copy
+
+    from torch_fl_conformance.zoo import get_model
+    from torch_fl_conformance.zoo.dropout import DropoutTape, dropout_tape
+
+    spec = get_model("lstm_lm")
+    steps = 3
+    torch.manual_seed(0)
+    reference = spec.build()
+    initial = [p.detach().clone() for p in reference.parameters()]
+    model = copy.deepcopy(reference).to(dev)
+    ddp_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index])
+    opt = spec.make_optimizer(ddp_model.parameters(), dev.type)
+    ref_opt = spec.make_optimizer(reference.parameters(), "cpu")
+    losses, ref_losses = [], []
+    for step in range(steps):
+        inputs, target = spec.make_batch(step)
+        per = target.shape[0] // world
+        shard = slice(rank * per, (rank + 1) * per)
+        tape = DropoutTape("record")
+        opt.zero_grad()
+        with dropout_tape(tape):
+            loss = spec.loss_fn(ddp_model, tuple(x[shard].to(dev) for x in inputs), target[shard].to(dev))
+        loss.backward()
+        opt.step()
+        # The whole batch's loss is the mean of the shards' (equal shards).
+        mean_loss = loss.detach().clone()
+        dist.all_reduce(mean_loss, op=dist.ReduceOp.AVG)
+        losses.append(mean_loss.item())
+        masks = []
+        for m in tape.masks:  # CPU tensors: these go through gloo
+            parts = [torch.empty_like(m, dtype=torch.uint8) for _ in range(world)]
+            dist.all_gather(parts, m.to(torch.uint8))
+            masks.append(torch.cat(parts).to(m.dtype))
+        if rank == 0:
+            ref_opt.zero_grad()
+            with dropout_tape(DropoutTape("replay", masks)):
+                ref_loss = spec.loss_fn(reference, inputs, target)
+            ref_loss.backward()
+            ref_opt.step()
+            ref_losses.append(ref_loss.item())
+    rec.info["steps"] = steps
+    rec.info["losses"] = losses
+    if rank == 0:
+        rec.info["reference_losses"] = ref_losses
+        errors = {name: (p.detach().cpu() - r.detach()).abs().max().item()
+                  for (name, p), r in zip(model.named_parameters(), reference.parameters(), strict=True)}
+        rec.info["param_errors"] = errors
+        rec.info["max_param_error"] = max(errors.values())
+        rec.info["changed_from_init"] = max(
+            (p.detach() - q).abs().max().item() for p, q in zip(reference.parameters(), initial, strict=True))
+    # Every rank ends with the same parameters.
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    gathered = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(gathered, flat)
+    rec.info["ranks_agree"] = all(torch.equal(g.cpu(), flat.cpu()) for g in gathered)
+
+
+def bench_peer(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.Store) -> None:
+    """A rank other than 0 of bench/test_allreduce.py: runs the all_reduces
+    rank 0 announces (backend 0 gloo, 1 the device; -1 ends) and times nothing."""
+    while True:
+        command = torch.zeros(3, dtype=torch.int64)
+        dist.broadcast(command, src=0)
+        backend, numel, calls = command.tolist()
+        if backend < 0:
+            return
+        target = dev if backend == 1 else torch.device("cpu")
+        t = torch.ones(numel, device=target)
+        for _ in range(calls):
+            dist.all_reduce(t)
+            if target.type != "cpu":
+                torch.accelerator.synchronize(target)
+
+
+SCENARIOS = {"collectives": collectives, "timeout": timeout, "dead_rank": dead_rank, "abort": abort, "ddp": ddp,
+             "mismatch": mismatch, "bench_peer": bench_peer,
+             "backend_names": backend_names}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("scenario", choices=sorted(SCENARIOS))
+    parser.add_argument("--rank", type=int, required=True)
+    parser.add_argument("--world", type=int, required=True)
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--backend", default=f"cpu:gloo,{DEVICE_TYPE}:{BACKEND}")
+    parser.add_argument("--victim", type=int, default=-1, help="dead_rank: the rank killed (default: the last)")
+    parser.add_argument("--elements", default="16,32", help="mismatch: rank 0's count, the others' count")
+    args = parser.parse_args()
+    rank, world = args.rank, args.world
+    args.victim %= world
+    rec = Recorder()
+
+    def write() -> None:
+        tmp = args.out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"checks": rec.checks, "info": rec.info}, f)
+        os.replace(tmp, args.out)
+
+    dev = torch.device(DEVICE_TYPE, rank % torch.accelerator.device_count())
+    if args.scenario == "backend_names":  # makes its own groups
+        try:
+            backend_names(rec, rank, world, dev, args.store)
+        finally:
+            write()
+        return 0
+    store = dist.FileStore(args.store, world)
+    dist.init_process_group(args.backend, store=store, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=args.timeout),
+                            device_id=dev if BACKEND in args.backend else None)
+    rec.info["device"] = str(dev)
+    try:
+        fn = SCENARIOS[args.scenario]
+        if args.scenario == "collectives":
+            fn(rec, rank, world, dev)
+        elif args.scenario == "dead_rank":
+            fn(rec, rank, world, dev, store, args.victim)
+        elif args.scenario == "mismatch":
+            fn(rec, rank, world, dev, store, [int(n) for n in args.elements.split(",")])
+        else:
+            fn(rec, rank, world, dev, store)
+    finally:
+        write()
+    if args.scenario in ("timeout", "dead_rank", "abort", "mismatch"):
+        # The group is broken on purpose; leave without the collective teardown.
+        sys.stdout.flush()
+        os._exit(0)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
