@@ -112,3 +112,44 @@ def test_large_chain_splits_across_threads(dev: torch.device) -> None:
     assert_close(actual, on_cpu(f, x), "long chain")
     ((ops,),) = [accepted_ops(graph_reports())]
     assert len(ops) == 30, ops
+
+
+_UNARY = [torch.neg, torch.relu, torch.sigmoid, torch.tanh, torch.abs, torch.exp,
+          lambda t: torch.clamp(t, -1.5, 2.0), lambda t: t * 0.5, lambda t: 1.0 - t,
+          torch.nn.functional.silu, lambda t: torch.pow(t, 2), torch.erf]
+_BINARY = [torch.add, torch.sub, torch.mul, torch.maximum, torch.minimum,
+           lambda a, b: torch.where(a > b, a, b * 0.25), lambda a, b: a / (b.abs() + 1.0)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_elementwise_graphs(dev: torch.device, seed: int) -> None:
+    """Random DAGs of elementwise ops (values reused several times, several
+    outputs): register allocation and the op table against the CPU."""
+    import random
+
+    rng = random.Random(seed)
+    plan = []
+    for _ in range(14):
+        if rng.random() < 0.5:
+            plan.append(("u", rng.randrange(len(_UNARY)), rng.randrange(10**6), 0))
+        else:
+            plan.append(("b", rng.randrange(len(_BINARY)), rng.randrange(10**6), rng.randrange(10**6)))
+
+    def f(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        vals = [x, y]
+        for kind, op, i, j in plan:
+            a = vals[i % len(vals)]
+            if kind == "u":
+                vals.append(_UNARY[op](a))
+            else:
+                vals.append(_BINARY[op](a, vals[j % len(vals)]))
+        return vals[-1], vals[-4], vals[len(vals) // 2]
+
+    x = torch.randn(3, 70, device=dev)
+    y = torch.randn(70, device=dev)
+    with torch.no_grad():
+        actual = compile_fl(f)(x, y)
+    expected = on_cpu(f, x, y)
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        assert_close(a, e, f"graph {seed} output {i}", rtol=1e-5, atol=1e-5)
+    assert accepted_ops(graph_reports()), graph_reports()[0].describe()

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from torch_fl.compile.decompositions import decomposition_table
 from torch_fl.compile.executor import generate, out_overload
 from torch_fl.compile.fusion import static_shape, tensor_val
 from torch_fl.compile.memory_plan import MODES, plan_memory
@@ -267,6 +268,7 @@ def _aot_backend(options: CompileOptions) -> Callable[..., Any]:
         bw_compiler=backward,
         inference_compiler=inference,
         partition_fn=min_cut_rematerialization_partition,
+        decompositions=decomposition_table() if options.fusion else {},
     )
 
 
