@@ -5,6 +5,12 @@ A region is a set of elementwise nodes on one device whose outputs all have
 the same shape (inputs may broadcast to it). Regions are convex — no path
 leaves a region and comes back into it — so each one can run as a single
 step between the steps around it.
+
+A region runs once all its inputs exist, so fusing extends the lifetime of
+every input produced after the region's first node ("late" inputs) to the
+region's end. A sum of per-step gradients (an unrolled RNN's backward) fused
+whole would keep every term alive at once; the late inputs of a region are
+therefore capped at the size of one region output (LATE_INPUT_OUTPUTS).
 """
 
 from __future__ import annotations
@@ -57,6 +63,14 @@ def static_shape(t: torch.Tensor) -> bool:
     return all(type(s) is int for s in (*t.shape, *t.stride())) and type(
         t.storage_offset()
     ) is int
+
+
+# Bytes of late inputs a region may hold, in multiples of one region output.
+LATE_INPUT_OUTPUTS = 1
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
 
 
 def device_of(t: torch.Tensor) -> torch.device:
@@ -152,6 +166,23 @@ class Region:
         return [n for n in self.nodes if any(u not in self.members for u in n.users)]
 
 
+def _late_input_bytes(members: set[torch.fx.Node], index: dict[torch.fx.Node, int]) -> int:
+    """Bytes of the values from outside `members` that they read and that
+    are produced after the first member (in graph order)."""
+    first = min(index[m] for m in members)
+    seen: set[torch.fx.Node] = set()
+    total = 0
+    for m in members:
+        for a in m.all_input_nodes:
+            if a in members or a in seen or index[a] < first:
+                continue
+            seen.add(a)
+            t = tensor_val(a)
+            if t is not None:
+                total += _nbytes(t)
+    return total
+
+
 class Ancestry:
     """Ancestor bitsets over the graph's nodes, for convexity checks."""
 
@@ -193,6 +224,7 @@ def group_regions(
         assert out is not None
         shape = tuple(out.shape)
         bit = 1 << ancestry.index[n]
+        late_budget = LATE_INPUT_OUTPUTS * _nbytes(out)
         candidates: list[Region] = []
         for a in n.all_input_nodes:
             r = region_of.get(a)
@@ -204,7 +236,9 @@ def group_regions(
             if joined is None:
                 members = r.members | {n}
                 mask = r.mask | bit
-                if ancestry.convex(members, mask):
+                if ancestry.convex(members, mask) and _late_input_bytes(
+                    members, ancestry.index
+                ) <= late_budget:
                     r.nodes.append(n)
                     r.members = members
                     r.mask = mask
@@ -212,7 +246,9 @@ def group_regions(
             else:
                 members = joined.members | r.members
                 mask = joined.mask | r.mask
-                if ancestry.convex(members, mask):
+                if ancestry.convex(members, mask) and _late_input_bytes(
+                    members, ancestry.index
+                ) <= late_budget:
                     joined.members = members
                     joined.mask = mask
                     joined.nodes.extend(r.nodes)

@@ -3,10 +3,14 @@
 Each value a step produces belongs to a storage (views share their base's).
 A storage the executor may place itself — its producer can write into given
 memory, and it is neither a graph input nor reachable from a graph output —
-gets a slot in a planned buffer. Storages whose lifetimes do not overlap
-share a buffer; each buffer is allocated once per run from the device's
-caching allocator, when its first storage is born, and released after its
-last storage dies. Every other value is released after its last use.
+gets a slot in a planned buffer. A buffer whose storage dies is handed to
+the next storage born that fits it (at most twice over), as long as no step
+in between allocates memory of its own; otherwise the buffer is released,
+as liveness would release the storage, so an idle buffer never holds memory
+another allocation could have used — planning never raises the peak above
+"liveness". Each buffer is allocated once per run from the device's caching
+allocator, when its first storage is born, and released after its last
+storage dies. Every other value is released after its last use.
 
 Modes (option ``memory_planning``):
   "reuse"     the above (default)
@@ -92,6 +96,25 @@ def _aligned(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
+def _allocates(
+    step: Step,
+    key_of: dict[torch.fx.Node, StorageWeakRef],
+    creator_of: dict[StorageWeakRef, torch.fx.Node],
+    placed: dict[torch.fx.Node, PlannedValue],
+) -> bool:
+    """Whether `step` allocates a storage the plan does not place."""
+    for v in step.defs:
+        val = v.meta.get("val")
+        if isinstance(val, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in val):
+            return True  # a multi-output op allocates its outputs itself
+        key = key_of.get(v)
+        if key is not None and creator_of.get(key) is v and v not in placed:
+            return True
+        if key is None and isinstance(val, torch.Tensor):
+            return True
+    return False
+
+
 def plan_memory(
     steps: Sequence[Step],
     graph_inputs: Sequence[torch.fx.Node],
@@ -163,34 +186,33 @@ def plan_memory(
         death = max(last_use.get(m, def_step.get(m, birth)) for m in members)
         candidates.append((birth, death, creator, nbytes))
 
-    # Walk the schedule: at a birth take the best-fitting free buffer of the
-    # device (growing the largest free one when none fits), at a death give
-    # it back. Buffer sizes are final only after the walk.
+    # Walk the schedule: a storage born takes the smallest handed-off buffer
+    # of its device that fits it (and is at most twice its size), else a new
+    # buffer; buffers whose storage died wait for the next birth only until a
+    # step allocates memory the plan does not place.
     candidates.sort(key=lambda c: (c[0], -c[3]))
-    free: list[int] = []
-    buffer_span: list[list[int]] = []  # [first birth, last death]
-    dies_at: dict[int, list[int]] = {}
     by_birth: dict[int, list[tuple[int, int, torch.fx.Node, int]]] = {}
     for c in candidates:
         by_birth.setdefault(c[0], []).append(c)
-    for i in range(len(steps)):
+    creator_of = {key: min(members, key=lambda m: def_step.get(m, -1))
+                  for key, members in groups.items()}
+    handed_off: list[int] = []
+    buffer_span: list[list[int]] = []  # [first birth, last death]
+    dies_at: dict[int, list[int]] = {}
+    for i, step in enumerate(steps):
         for birth, death, creator, nbytes in by_birth.get(i, ()):
             t = tensor_val(creator)
             assert t is not None
             need = _aligned(nbytes)
-            same_device = [b for b in free if plan.buffers[b].device == t.device]
-            fits = [b for b in same_device if plan.buffers[b].nbytes >= need]
+            fits = [b for b in handed_off if plan.buffers[b].device == t.device
+                    and need <= plan.buffers[b].nbytes <= 2 * need]
             if fits:
                 b = min(fits, key=lambda b: plan.buffers[b].nbytes)
-            elif same_device:
-                b = max(same_device, key=lambda b: plan.buffers[b].nbytes)
-                plan.buffers[b].nbytes = need
+                handed_off.remove(b)
             else:
                 b = len(plan.buffers)
                 plan.buffers.append(BufferSpec(device=t.device, nbytes=need))
                 buffer_span.append([birth, death])
-            if b in free:
-                free.remove(b)
             buffer_span[b][1] = max(buffer_span[b][1], death)
             plan.values[creator] = PlannedValue(
                 buffer=b,
@@ -201,7 +223,9 @@ def plan_memory(
             )
             plan.unplanned_bytes += nbytes
             dies_at.setdefault(death, []).append(b)
-        free.extend(dies_at.pop(i, ()))
+        if _allocates(step, key_of, creator_of, plan.values):
+            handed_off.clear()
+        handed_off.extend(dies_at.pop(i, ()))
     for b, (first, last) in enumerate(buffer_span):
         plan.alloc_before.setdefault(first, []).append(b)
         plan.free_after.setdefault(last, []).append(b)
