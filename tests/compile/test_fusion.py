@@ -153,3 +153,26 @@ def test_random_elementwise_graphs(dev: torch.device, seed: int) -> None:
     for i, (a, e) in enumerate(zip(actual, expected)):
         assert_close(a, e, f"graph {seed} output {i}", rtol=1e-5, atol=1e-5)
     assert accepted_ops(graph_reports()), graph_reports()[0].describe()
+
+
+def test_fusing_a_sum_keeps_few_terms_alive(dev: torch.device) -> None:
+    """A running sum of matmul results (an unrolled RNN's weight gradient):
+    fusing the adds whole would run them after the last matmul, with every
+    term alive at once. A region holds at most one output's worth of values
+    produced after its first op, so the peak stays near eager's."""
+    from test_memory_plan import _peak
+
+    def f(x: torch.Tensor, ws: list[torch.Tensor]) -> torch.Tensor:
+        acc = x @ ws[0]
+        for w in ws[1:]:
+            acc = acc + x @ w
+        return acc * 0.5
+
+    x = torch.randn(128, 128, device=dev)
+    ws = [(torch.randn(128, 128) / 12).to(dev) for _ in range(12)]
+    expected, eager_peak = _peak(f, x, ws)
+    actual, compiled_peak = _peak(compile_fl(f), x, ws)
+    assert_close(actual, expected, "sum of matmuls", rtol=1e-4, atol=1e-4)
+    assert accepted_ops(graph_reports()), graph_reports()[0].describe()
+    term = 128 * 128 * 4
+    assert compiled_peak <= eager_peak + term, (compiled_peak, eager_peak)

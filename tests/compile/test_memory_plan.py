@@ -83,3 +83,24 @@ def test_values_returned_are_not_planned(dev: torch.device) -> None:
     assert report.planned_bytes > 0, report.describe()  # b is planned ...
     # ... but the escaping storage is the op's own allocation, not a planned buffer.
     assert a_t.untyped_storage().nbytes() == 30 * 30 * 4, a_t.untyped_storage().nbytes()
+
+
+def test_planning_never_peaks_above_liveness(dev: torch.device) -> None:
+    """A planned buffer left idle while a step allocates on its own (layer
+    norm returns three new tensors) would hold memory the allocation could
+    have reused: the plan must release it instead."""
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        a = x @ w
+        b = a @ w  # a dies here
+        c = torch.nn.functional.layer_norm(b, (b.shape[-1],))
+        return (c @ w).sum(0)
+
+    x = torch.randn(256, 256, device=dev)
+    w = (torch.randn(256, 256) / 16).to(dev)
+    peaks = {}
+    for mode in ("reuse", "liveness"):
+        torch._dynamo.reset()
+        out, peaks[mode] = _peak(compile_fl(f, memory_planning=mode), x, w)
+        assert_close(out, on_cpu(f, x, w), f"{mode} result", rtol=1e-3, atol=1e-3)
+    assert peaks["reuse"] <= peaks["liveness"], peaks
