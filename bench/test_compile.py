@@ -3,7 +3,7 @@
 - A chain of 20 elementwise ops on a 4M-element float32 tensor, compiled with
   backend="torchfl" (one fused region, one pass over memory) against eager
   (20 native kernels). Target: compiled <= 0.5x eager time.
-- Peak device memory of a ResNet-18 training step (forward + backward):
+- Peak device memory of the zoo's ResNet-18 training step (forward + backward):
   compiled with memory planning, against the same graphs executed without
   memory planning (memory_planning="none") — target <= 0.8x — and against
   eager — target <= 1.0x. Peaks are in the benchmark's extra_info and in
@@ -87,55 +87,11 @@ def test_chain20_compiled(benchmark: Any, chain_input: torch.Tensor) -> None:
 # ---------------------------------------------------------------------------
 
 
-class BasicBlock(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.down = None
-        if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                      nn.BatchNorm2d(cout))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
-        return torch.relu(y + (x if self.down is None else self.down(x)))
-
-
-class ResNet18(nn.Module):
-    def __init__(self, classes: int = 10) -> None:
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64),
-                                  nn.ReLU(), nn.MaxPool2d(3, 2, 1))
-        layers = []
-        cin = 64
-        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
-            layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
-            cin = cout
-        self.layers = nn.Sequential(*layers)
-        self.fc = nn.Linear(512, classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.layers(self.stem(x))
-        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
-
-
 def _resnet18() -> nn.Module:
-    try:
-        from torch_fl_conformance import zoo  # type: ignore[attr-defined]
+    from torch_fl_conformance.zoo import get_model
 
-        make = getattr(zoo, "resnet18", None)
-        if make is not None:
-            return make()
-    except ImportError:
-        pass
-    return ResNet18()
-
-
-BATCH, SIZE = 8, 64
+    torch.manual_seed(0)
+    return get_model("resnet18").build()
 
 
 def _train_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -159,8 +115,10 @@ def _peak_of_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
 
 @pytest.fixture(scope="module")
 def resnet_batch(dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    torch.manual_seed(0)
-    return torch.randn(BATCH, 3, SIZE, SIZE, device=dev), torch.randint(0, 10, (BATCH,), device=dev)
+    from torch_fl_conformance.zoo import get_model
+
+    (images,), labels = get_model("resnet18").make_batch(0)
+    return images.to(dev), labels.to(dev)
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +133,9 @@ def resnet_peaks(dev: torch.device, resnet_batch: tuple[torch.Tensor, torch.Tens
     _train_step(eager, x, y)  # warm the caching allocator and meta caches
     peaks["eager"] = _peak_of_step(eager, x, y)
     models["eager"] = eager
-    for mode in ("reuse", "liveness", "none"):
+    # "reuse" last: torch._dynamo.reset() drops every compiled graph, and the
+    # step benchmark below times the planned model without recompiling it.
+    for mode in ("none", "liveness", "reuse"):
         torch._dynamo.reset()
         torch_fl.compile.clear_reports()
         compiled = torch.compile(_resnet18().to(dev).train(), backend="torchfl",
