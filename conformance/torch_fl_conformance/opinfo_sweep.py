@@ -308,7 +308,8 @@ def _backward(ev: Evaluation, ref: Any, ref_leaves: list[Any], out: Any, dev_lea
         ref_grads = torch.autograd.grad(ref_outs, ref_leaves, cots, allow_unused=True)
     except Exception:  # noqa: BLE001 - no CPU backward, nothing to compare
         return  # the CPU has no backward for this sample
-    dev_cots = [c.to(device) for c in cots]
+    # Each cotangent lives where its output does (`x.to('cpu')` has a CPU output).
+    dev_cots = [c.to(o.device) for c, o in zip(cots, dev_outs)]
     try:
         with torch_fl.op_stats_scope() as scope:
             grads = torch.autograd.grad(dev_outs, dev_leaves, dev_cots, allow_unused=True)

@@ -31,7 +31,9 @@ def test_in_order(target: Any, device: str) -> None:
 def test_cross_stream_wait(target: Any, device: str) -> None:
     mod = _mod(target)
     producer, consumer = mod.Stream(), mod.Stream()
-    a = torch.randn(256, 256, device=device)
+    # Scaled so the chain contracts: unscaled, float32 rounding alone grows to
+    # ~0.04 over eight steps (the CPU's float32 and float64 disagree that much).
+    a = torch.randn(256, 256, device=device) / 16
     mod.synchronize()
     with mod.stream(producer):
         b = a
