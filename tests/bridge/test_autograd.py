@@ -69,3 +69,13 @@ def test_linear_hot_path_is_native(flemu: torch_fl.PluginHandle) -> None:
     t = s.table
     assert t.get("aten::addmm").native == 1, t
     assert t.get("aten::mm").native >= 2, t
+
+
+def test_zero_gradients_are_zero_tensors_without_memory() -> None:
+    # sgn's derivative is autograd's efficient zero tensor: no storage, zeros on read.
+    x = torch.randn(4, device="flemu", requires_grad=True)
+    torch.sgn(x).sum().backward()
+    assert torch.equal(x.grad.cpu(), torch.zeros(4))
+    z = torch.ops.aten._efficientzerotensor([3], device="flemu")
+    assert z._is_zerotensor() and z.device.type == "flemu"
+    assert torch.equal((z + 1).cpu(), torch.ones(3))

@@ -282,6 +282,10 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
   if (dst.numel() == 0) {
     return dst;
   }
+  if (src._is_zerotensor()) {  // no memory behind it
+    dst.zero_();
+    return dst;
+  }
   if (has_math_bits(src) || has_math_bits(dst)) {
     return copy_with_math_bits(src, dst);
   }

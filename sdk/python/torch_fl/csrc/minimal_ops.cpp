@@ -12,6 +12,7 @@
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
@@ -157,6 +158,22 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage(self, std::move(storage), 0, {0}, {});
 }
 
+// Autograd's cheap all-zeros tensor (e.g. the gradient of sgn): no memory; the
+// ZeroTensor key materializes it when an op needs its values.
+at::Tensor efficient_zero_tensor(
+    at::IntArrayRef size,
+    std::optional<at::ScalarType> dtype,
+    std::optional<at::Layout> /*layout*/,
+    std::optional<c10::Device> device,
+    std::optional<bool> /*pin_memory*/) {
+  const c10::Device target(c10::DeviceType::PrivateUse1, device_index_of(device));
+  at::native::ZeroTensorAllocator allocator(target);
+  const auto keys = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) |
+      c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+  return at::detail::empty_generic(
+      size, &allocator, keys, c10::dtype_or_default(dtype), std::nullopt);
+}
+
 at::Tensor copy_from_op(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   static OpCounterCache counters("aten::_copy_from");
   const uint64_t start = now_ns();
@@ -206,6 +223,7 @@ void register_minimal_ops(torch::Library& m) {
   m.impl("set_.source_Storage", TORCH_FN(set_source_storage));
   m.impl("set_.source_Tensor", TORCH_FN(set_source_tensor));
   m.impl("set_", TORCH_FN(set_empty));
+  m.impl("_efficientzerotensor", TORCH_FN(efficient_zero_tensor));
   m.impl("_copy_from", TORCH_FN(copy_from_op));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
@@ -234,6 +252,7 @@ const std::vector<std::string>& minimal_op_names() {
       "aten::set_.source_Storage",
       "aten::set_.source_Tensor",
       "aten::set_",
+      "aten::_efficientzerotensor",
       "aten::_copy_from",
       "aten::_copy_from_and_resize",
       "aten::_local_scalar_dense",
