@@ -45,7 +45,7 @@ def test_dead_rank_makes_the_others_fail(tmp_path: Path, world: int, victim: int
 
 @pytest.mark.slow
 def test_abort_ends_the_others_wait(tmp_path: Path) -> None:
-    results = run_ranks("abort", 3, tmp_path, time_limit=90, args=["--timeout", "60"])
+    results = run_ranks("abort", 2, tmp_path, time_limit=90, args=["--timeout", "60"])
     for r in results:
         assert r.returncode == 0, r.describe()
     assert results[0].info["abort_seconds"] < 2, results[0].info
@@ -56,10 +56,9 @@ def test_abort_ends_the_others_wait(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("elements", ["16,32", "262144,263168"], ids=["tcp", "shared-memory"])
-def test_mismatched_sizes_fail_on_every_rank(tmp_path: Path, elements: str) -> None:
-    # 64 vs 128 bytes go over TCP; 1 MiB vs 1 MiB + 4 KiB through shared memory.
-    results = run_ranks("mismatch", 2, tmp_path, time_limit=90, args=["--timeout", "60", "--elements", elements])
+def test_mismatched_sizes_fail_on_every_rank(tmp_path: Path) -> None:
+    # 64 vs 128 bytes; comm_check.cpp runs the same mismatch on each transport.
+    results = run_ranks("mismatch", 2, tmp_path, time_limit=90, args=["--timeout", "60", "--elements", "16,32"])
     for r in results:
         assert r.returncode == 0, r.describe()
         assert "error" in r.info, f"rank {r.rank} finished an all_reduce of mismatched sizes: {r.info}"
