@@ -1,6 +1,7 @@
 """Elementwise math kernels on flemu against the CPU: exp, log, log1p, sqrt,
 rsqrt, reciprocal, sin, cos, erf, sign, abs, pow (three overloads), clamp
-(scalar and tensor bounds), minimum/maximum, addcmul/addcdiv/lerp — forward,
+(scalar and tensor bounds, clamp_min/clamp_max with a tensor bound),
+minimum/maximum, addcmul/addcdiv/lerp — forward,
 backward through autograd, in-place and out= variants, every declared dtype."""
 
 from __future__ import annotations
@@ -116,6 +117,43 @@ def test_clamp_nan_propagates_and_backward() -> None:
         return xd.grad
 
     assert_close(run_native(run, ["aten::clamp"]), xc.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int32], ids=str)
+def test_clamp_min_max_tensor_bound(dtype: torch.dtype) -> None:
+    """clamp_min/clamp_max with a broadcast tensor bound, functional, in-place and out=."""
+    x = make((5, 6), dtype, seed=13, low=-9, high=9, noncontiguous=True)
+    bound = make((6,), dtype, seed=14, low=-3, high=3)
+    if dtype.is_floating_point:
+        x[0, 0], bound[1] = float("nan"), float("nan")
+
+    def run() -> list[torch.Tensor]:
+        xd, bd = x.to("flemu"), bound.to("flemu")
+        inplace = xd.clone()
+        inplace.clamp_max_(bd)
+        out = torch.empty_like(xd)
+        torch.clamp_min(xd, bd, out=out)
+        return [torch.clamp_min(xd, bd), torch.clamp_max(xd, bd), inplace, out]
+
+    outs = run_native(run, ["aten::clamp_min.Tensor", "aten::clamp_max.Tensor"])
+    assert_close(outs, [torch.clamp_min(x, bound), torch.clamp_max(x, bound), torch.clamp_max(x, bound),
+                        torch.clamp_min(x, bound)])
+
+
+def test_clamp_min_tensor_promotes_and_backward() -> None:
+    x = make((3, 4), torch.float32, seed=15).requires_grad_()
+    bound = make((4,), torch.float64, seed=16)
+    torch.clamp_min(x, bound.float()).pow(2).sum().backward()
+
+    def run() -> tuple[torch.Tensor, torch.Tensor]:
+        xd = x.detach().to("flemu").requires_grad_()
+        y = torch.clamp_min(xd, bound.to("flemu"))  # float32 and float64 promote to float64
+        y.pow(2).sum().backward()
+        return y, xd.grad
+
+    y, grad = run_native(run, ["aten::clamp_min.Tensor"])
+    assert_close(y, torch.clamp_min(x.detach(), bound))
+    assert_close(grad, x.grad)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.bool], ids=str)

@@ -87,8 +87,10 @@ def test_matmul_4d_reaches_bmm() -> None:
     assert_close(out, x @ y, **mm_tol(torch.float32))
 
 
+# The meta function rejects the shapes; the bridge's fallback chain reports the CPU's error.
+@pytest.mark.filterwarnings("ignore:.*is not native:UserWarning")
 def test_shape_mismatch_is_an_error() -> None:
     x = torch.ones(2, 3, 4, device="flemu")
     y = torch.ones(2, 5, 6, device="flemu")
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="size|shape|match"):
         torch.bmm(x, y)

@@ -1,5 +1,6 @@
 // Elementwise math: exp/log/log1p/sqrt/rsqrt/reciprocal/sin/cos/erf/sign,
-// pow (three overloads), clamp (scalar and tensor bounds), minimum/maximum,
+// pow (three overloads), clamp (scalar and tensor bounds, clamp_min/clamp_max
+// with a scalar or a tensor bound), minimum/maximum,
 // abs for every dtype, and the optimizer helpers addcmul/addcdiv/lerp.
 // fp16/bf16 compute in float32.
 #include <cmath>
@@ -218,6 +219,37 @@ TFL_Error* kernel_clamp_tensor(const TFL_Kernel_Args* args) {
       });
     });
   });
+}
+
+namespace {
+
+// clamp_min.Tensor / clamp_max.Tensor(self, bound): the bound broadcasts to self.
+template <bool kLower>
+void launch_clamp_bound(const Launch& L) {
+  const char* op = kLower ? "clamp_min" : "clamp_max";
+  const TensorArg self = L.input_tensor(0, "self"), bound = L.input_tensor(1, kLower ? "min" : "max"),
+                  out = L.output(0, "out");
+  if (self.dtype == TFL_DTYPE_BOOL) decline(op, " of a bool tensor");
+  require_same_dtype(op, out, {&self, &bound});
+  const LoopPlan plan = plan_over({&out, &self, &bound});
+  if (plan.numel == 0) return;
+  dispatch_dtype(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    L.enqueue([plan] {
+      map_loop<T, T, T>(plan, [](C x, C b) { return clamp_of<C>(x, kLower, b, !kLower, b); });
+    });
+  });
+}
+
+}  // namespace
+
+TFL_Error* kernel_clamp_min_tensor(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kClampMinTensor, [&](Launch& L) { launch_clamp_bound<true>(L); });
+}
+
+TFL_Error* kernel_clamp_max_tensor(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kClampMaxTensor, [&](Launch& L) { launch_clamp_bound<false>(L); });
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // The tensor kernels: elementwise math, activations, comparisons and
 // selection, the batched matmul family, softmax, losses, indexing and
-// concatenation, reductions beyond sum/mean, and the fused LSTM cell.
+// concatenation, reductions beyond sum/mean, sort/topk/cumsum/cumprod, and
+// the fused LSTM cell.
 //
 // FLEMU_TENSOR_KERNELS(X) lists them once as X(id, schema name, entry point,
 // dtype mask, flags); registry.h expands it into KernelIds and registry.cpp
@@ -34,6 +35,8 @@
   X(kClampTensor, "aten::clamp.Tensor", kernel_clamp_tensor, kInts | kFloats, kElementwise)                  \
   X(kClampMin, "aten::clamp_min", kernel_clamp_min, kInts | kFloats, 0)                                      \
   X(kClampMax, "aten::clamp_max", kernel_clamp_max, kInts | kFloats, 0)                                      \
+  X(kClampMinTensor, "aten::clamp_min.Tensor", kernel_clamp_min_tensor, kInts | kFloats, kElementwise)      \
+  X(kClampMaxTensor, "aten::clamp_max.Tensor", kernel_clamp_max_tensor, kInts | kFloats, kElementwise)      \
   X(kMinimum, "aten::minimum", kernel_minimum, kAll, kElementwise)                                           \
   X(kAddcmul, "aten::addcmul", kernel_addcmul, kFloats, kElementwise)                                        \
   X(kAddcdiv, "aten::addcdiv", kernel_addcdiv, kFloats, kElementwise)                                        \
@@ -133,6 +136,12 @@
   X(kAllDims, "aten::all.dims", kernel_all_dims, kAll, 0)                                                    \
   X(kAnyDims, "aten::any.dims", kernel_any_dims, kAll, 0)                                                    \
   X(kProd, "aten::prod", kernel_prod, kAll, 0)                                                               \
+  /* sort.cpp */                                                                                              \
+  X(kSortStable, "aten::sort.stable", kernel_sort_stable, kAll, 0)                                           \
+  X(kTopk, "aten::topk", kernel_topk, kInts | kFloats, 0)                                                    \
+  X(kCumsum, "aten::cumsum", kernel_cumsum, kAll, 0)                                                         \
+  X(kCumprod, "aten::cumprod", kernel_cumprod, kAll, 0)                                                      \
+  X(kFlip, "aten::flip", kernel_flip, kAll, 0)                                                               \
   /* lstm.cpp */                                                                                             \
   X(kThnnFusedLstmCell, "aten::_thnn_fused_lstm_cell", kernel_thnn_fused_lstm_cell, kFloats, FLEMU_DENSE)              \
   X(kThnnFusedLstmCellBackwardImpl, "aten::_thnn_fused_lstm_cell_backward_impl",                             \
