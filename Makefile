@@ -1,11 +1,19 @@
-# torch-fl developer entry points. The README's two commands are `make demo` and
-# `make test`; both build what they need into .venv first.
+# torch-fl developer entry points. The README's two commands are `make certify`
+# and `make test`; both build what they need into .venv first.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 
-.PHONY: demo test bench build venv clean
+.PHONY: certify demo test bench build venv clean
+
+# The certification level and where its report goes (`make certify LEVEL=L2`).
+LEVEL  ?= L1
+REPORT ?= reports/flemu
+
+# Main job: a short demo on flemu, then its certification report.
+certify: demo
+	$(VENV)/bin/torchfl-conformance run --plugin flemu --level $(LEVEL) --report $(REPORT) -j 2
 
 demo: build
 	$(PY) examples/demo.py

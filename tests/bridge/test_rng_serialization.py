@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import torch
+from support import assert_ok, run_python
 
 
 def test_manual_seed_makes_device_randomness_reproducible() -> None:
@@ -74,3 +75,16 @@ def test_module_state_dict_round_trip() -> None:
     m2 = torch.nn.Linear(3, 2)
     m2.load_state_dict(torch.load(buf, map_location="cpu"))
     assert torch.equal(m2.weight, m.weight.cpu())
+
+
+def test_random_fills_need_no_python_meta_function() -> None:
+    # In-place fills keep self's metadata; PyTorch's Python meta for normal_
+    # would import torch._dynamo (seconds) on the first torch.randn.
+    out = assert_ok(run_python(
+        """
+        import sys, torch, torch_fl
+        x = torch.randn(4, 4, device="flemu")
+        x.uniform_(); x.bernoulli_(0.5); x.fill_(2.0)
+        print("torch._dynamo" in sys.modules, torch_fl.op_stats().get("aten::normal_").native)
+        """))
+    assert out.split() == ["False", "1"], out

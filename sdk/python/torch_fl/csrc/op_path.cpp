@@ -733,6 +733,23 @@ class NativeKernel final : public c10::OperatorKernel {
     return v;
   }
 
+  // An in-place op whose one tensor is the self it writes and returns (normal_,
+  // uniform_, fill_.Scalar, ...) keeps self's metadata. Asking PyTorch would run
+  // a Python meta function; normal_'s imports torch._dynamo on first use (~2 s).
+  bool writes_only_self(c10::ArrayRef<c10::IValue> args) const {
+    if (sig_.num_returns != 1 || sig_.return_args.empty() || sig_.return_args[0] != 0 ||
+        args.empty() || !args[0].isTensor()) {
+      return false;
+    }
+    for (size_t i = 1; i < args.size(); ++i) {
+      if ((args[i].isTensor() && args[i].toTensor().defined()) || args[i].isTensorList() ||
+          args[i].isOptionalTensorList()) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   MetaEntry compute_meta(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
     MetaEntry entry;
     if (!output_like_.empty()) {
@@ -744,6 +761,12 @@ class NativeKernel final : public c10::OperatorKernel {
         entry.outs.push_back({like.scalar_type(), c10::DimVector(like.sizes()),
                               c10::contiguous_strides(like.sizes())});
       }
+      return entry;
+    }
+    if (!functional_.has_value() && writes_only_self(args)) {
+      const at::Tensor& self = args[0].toTensor();
+      entry.outs.push_back(
+          {self.scalar_type(), c10::DimVector(self.sizes()), c10::DimVector(self.strides())});
       return entry;
     }
     // Derived in-place/out= overloads take their metadata from the
