@@ -152,7 +152,7 @@ template <class Fn>
 void Communicator::run(OpKind kind, Fn&& fn) {
   std::lock_guard<std::mutex> lock(coll_mu_);
   const uint64_t seq = ++coll_seq_;
-  OpContext ctx{kind, seq, now_ms() + timeout_ms_, cat(op_kind_name(kind), " #", seq)};
+  OpContext ctx{kind, seq, op_deadline_ms(), cat(op_kind_name(kind), " #", seq)};
   if (broken_.load()) rethrow_broken(&ctx);
   try {
     fn(ctx);
@@ -168,7 +168,7 @@ template <class Fn>
 void Communicator::run_p2p(OpKind kind, int peer, bool sending, Fn&& fn) {
   std::lock_guard<std::mutex> lock(sending ? send_mu_[peer] : recv_mu_[peer]);
   const uint64_t seq = sending ? ++send_seq_[peer] : ++recv_seq_[peer];
-  OpContext ctx{kind, seq, now_ms() + timeout_ms_,
+  OpContext ctx{kind, seq, op_deadline_ms(),
                 cat(sending ? "send #" : "recv #", seq, sending ? " to rank " : " from rank ", peer)};
   if (broken_.load()) rethrow_broken(&ctx);
   try {

@@ -190,6 +190,10 @@ class Communicator {
   // same answer on every rank (same sizes, same tuning).
   bool use_shm(size_t bytes) const { return shm_ && bytes >= tuning().shared_memory_min_bytes; }
 
+  // now_ms() truncates to whole milliseconds; one more keeps an operation
+  // from failing before `timeout_ms` has fully elapsed.
+  int64_t op_deadline_ms() const { return now_ms() + timeout_ms_ + 1; }
+
   void progress_send(Transfer& t, const OpContext& ctx);
   void progress_recv(Transfer& t, const OpContext& ctx);
 
