@@ -99,7 +99,9 @@ def walkthrough(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Walkthroug
         uninstall()
     scratch = tmp_path_factory.mktemp("vendor")
     (scratch / "templates").symlink_to(ROOT / "templates", target_is_directory=True)
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
+    # The guide's path runs with autoload on, as a vendor's shell would.
+    switches = ("TORCH_DEVICE_BACKEND_AUTOLOAD", "TORCH_FL_AUTOLOAD")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k not in switches}
     env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])
     # flemu is installed here too: select the new plugin the way the guide says.
     env["TORCH_FL_PLUGINS"] = f"{DEFAULT_DEVICE}={LIBRARY}@1000"
@@ -223,19 +225,27 @@ def test_autoload_chooses_by_priority(walkthrough: Walkthrough) -> None:
 
 def test_plugin_spec_names_the_installed_library(walkthrough: Walkthrough) -> None:
     library = installed_library(walkthrough)
+    code = (
+        "from importlib.metadata import entry_points\n"
+        f"import {DEFAULT_PACKAGE} as p\n"
+        "print(p.plugin_spec())\n"
+        "print(sorted(e.value for e in entry_points(group='torch.backends', "
+        f"name='{DEFAULT_DEVICE}')))"
+    )
     proc = subprocess.run(
-        [sys.executable, "-c", f"import {DEFAULT_PACKAGE} as p; print(p.plugin_spec())"],
+        [sys.executable, "-c", code],
         env=walkthrough.env,
         check=False,
         capture_output=True,
         text=True,
         timeout=120,
     )
+    assert proc.returncode == 0, proc.stderr
+    spec, backends = proc.stdout.splitlines()
     expected = {"name": DEFAULT_DEVICE, "library": str(library.resolve()), "priority": 0}
-    assert proc.returncode == 0 and proc.stdout.strip() == str(expected), (
-        proc.stdout,
-        proc.stderr,
-        expected,
+    assert spec == str(expected), (spec, expected)
+    assert backends == str([f"{DEFAULT_PACKAGE}:_autoload"]), (
+        f"the torch.backends entry point of the installed package: {backends}"
     )
 
 

@@ -54,6 +54,7 @@ BinaryOperands binary_float32(const TFL_Kernel_Args* args) {
   const TFL_Tensor* a = tensor_arg(args, 0);
   const TFL_Tensor* b = tensor_arg(args, 1);
   const TFL_Tensor* out = args->outputs[0];
+  if (out == nullptr) invalid_argument("expects its output to be requested");
   for (const TFL_Tensor* t : {a, b, out}) {
     // Declining (not failing) lets the bridge serve this call another way.
     if (t->dtype != TFL_DTYPE_FLOAT32) fail(TFL_ERR_UNIMPLEMENTED, "runs float32 only, got dtype ", t->dtype);
