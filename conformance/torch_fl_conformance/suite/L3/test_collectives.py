@@ -19,6 +19,14 @@ the module.
   every batch, against single-process CPU training on the whole batch (the
   dropout masks recorded on the device are replayed on the CPU): losses within
   1e-3 relative, parameters within 1e-3 absolute.
+- **TFL-COLL-003** ``test_timeout_is_an_error``: on 2 ranks with a 3 s group
+  timeout, rank 0 enters an all_reduce that rank 1 never joins; it must raise a
+  torch.distributed error naming the operation and rank 1 after 3 s (not
+  before, and within 10 s more). ``test_dead_rank_is_an_error``: rank 0 is
+  killed once the communicator is up while rank 1 enters an all_reduce; with a
+  60 s group timeout rank 1 must raise such an error naming rank 0 within
+  20 s. The ranks of both are bounded by subprocess time limits, so a hang
+  fails the test instead of stalling the run.
 
 A rank that fails to start, crashes or outlives its time limit fails the tests
 that needed it, with its output.
@@ -29,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -57,9 +66,10 @@ def _dtypes(target: Any) -> list[str]:
     return ["float32", "int64", *extra]
 
 
-def _spawn(target: Any, scenario: str, world: int, workdir: Path) -> list[dict[str, Any]]:
-    """Runs `scenario` on `world` ranks; one dict per rank: returncode,
-    checks, info, output."""
+def _spawn(target: Any, scenario: str, world: int, workdir: Path, time_limit: float = RANK_TIME_LIMIT,
+           group_timeout: float = 120.0) -> list[dict[str, Any]]:
+    """Runs `scenario` on `world` ranks; one dict per rank: returncode
+    (None: killed after `time_limit` seconds), checks, info, output."""
     workdir.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # the ranks register the plugin under test themselves
@@ -68,11 +78,11 @@ def _spawn(target: Any, scenario: str, world: int, workdir: Path) -> list[dict[s
         cmd = [sys.executable, __file__, scenario, "--rank", str(rank), "--world", str(world),
                "--store", str(workdir / "store"), "--out", str(workdir / f"rank{rank}.json"),
                "--device", target.device_type, "--library", target.library,
-               "--dtypes", ",".join(_dtypes(target))]
+               "--dtypes", ",".join(_dtypes(target)), "--timeout", str(group_timeout)]
         log = open(workdir / f"rank{rank}.log", "w")  # noqa: SIM115 - closed below
         procs.append((rank, log, subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                                   start_new_session=True)))
-    deadline = time.monotonic() + RANK_TIME_LIMIT
+    deadline = time.monotonic() + time_limit
     results = []
     for rank, log, proc in procs:
         try:
@@ -134,6 +144,66 @@ def test_ddp_parity(target: Any, tmp_path_factory: pytest.TempPathFactory,
         f"{info['max_param_error']:.2e} (allowed 1e-3)")
 
 
+def _failed_collective(results: list[dict[str, Any]], rank: int, case: str) -> dict[str, Any]:
+    """What rank `rank` recorded about the all_reduce meant to fail; fails
+    the test if the rank hung, crashed or returned normally."""
+    r = results[rank]
+    if r["returncode"] is None:
+        pytest.fail(f"{case}: rank {rank} hung (killed after the time limit):\n{r['output']}", pytrace=False)
+    if r["returncode"] != 0 or "seconds" not in r["info"]:
+        pytest.fail(f"{case}: rank {rank} exited with {r['returncode']} before reporting:\n{r['output']}",
+                    pytrace=False)
+    info = r["info"]
+    assert "error" in info, f"{case}: rank {rank}'s all_reduce returned normally after {info['seconds']:.1f} s"
+    assert info["dist_error"], (
+        f"{case}: rank {rank} raised {info['error_type']}, not a torch.distributed error (DistError): "
+        f"{info['error']}")
+    assert "all_reduce" in info["error"], f"{case}: the error does not name the operation: {info['error']}"
+    return info
+
+
+def _names_rank(message: str, rank: int) -> bool:
+    return re.search(rf"\brank\W{{0,3}}{rank}\b", message, re.IGNORECASE) is not None
+
+
+@pytest.mark.requirement("TFL-COLL-003")
+def test_timeout_is_an_error(target: Any, tmp_path_factory: pytest.TempPathFactory,
+                             record: Callable[[str, Any], None]) -> None:
+    group_timeout = 3.0
+    results = _spawn(target, "timeout", 2, tmp_path_factory.mktemp("timeout2"), time_limit=90,
+                     group_timeout=group_timeout)
+    if results[1]["returncode"] != 0:
+        pytest.fail(f"rank 1 (waiting on the store) exited with {results[1]['returncode']}:\n"
+                    f"{results[1]['output']}", pytrace=False)
+    info = _failed_collective(results, 0, "all_reduce rank 1 never joins")
+    record("seconds", round(info["seconds"], 2))
+    record("error", info["error"][:500])
+    assert info["seconds"] >= 0.9 * group_timeout, (
+        f"the all_reduce failed after {info['seconds']:.2f} s, before the {group_timeout:g} s group timeout: "
+        f"{info['error']}")
+    assert info["seconds"] <= group_timeout + 10, (
+        f"the all_reduce failed only after {info['seconds']:.1f} s (group timeout {group_timeout:g} s)")
+    assert _names_rank(info["error"], 1), f"the error does not name rank 1, which never joined: {info['error']}"
+
+
+@pytest.mark.requirement("TFL-COLL-003")
+def test_dead_rank_is_an_error(target: Any, tmp_path_factory: pytest.TempPathFactory,
+                               record: Callable[[str, Any], None]) -> None:
+    # Rank 0 dies: in most libraries it also hosts the communicator's rendezvous.
+    group_timeout = 60.0
+    results = _spawn(target, "dead_rank", 2, tmp_path_factory.mktemp("dead_rank2"), time_limit=group_timeout + 30,
+                     group_timeout=group_timeout)
+    assert results[0]["returncode"] not in (0, None), (
+        f"rank 0 was to kill itself but exited with {results[0]['returncode']}:\n{results[0]['output']}")
+    info = _failed_collective(results, 1, "all_reduce with rank 0 dead")
+    record("seconds", round(info["seconds"], 2))
+    record("error", info["error"][:500])
+    assert info["seconds"] <= 20, (
+        f"rank 1 took {info['seconds']:.1f} s to fail (group timeout {group_timeout:g} s): a dead peer must be "
+        "noticed, not waited out")
+    assert _names_rank(info["error"], 0), f"the error does not name rank 0, which died: {info['error']}"
+
+
 # ---------------------------------------------------------------------------
 # The ranks (this file run as a script)
 # ---------------------------------------------------------------------------
@@ -143,11 +213,12 @@ def _rank_main() -> int:
     from datetime import timedelta
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["collectives", "ddp"])
+    parser.add_argument("scenario", choices=["collectives", "ddp", "timeout", "dead_rank"])
     for opt in ("--store", "--out", "--device", "--library", "--dtypes"):
         parser.add_argument(opt, required=True)
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--world", type=int, required=True)
+    parser.add_argument("--timeout", type=float, default=120.0, help="the group timeout in seconds")
     args = parser.parse_args()
     checks: dict[str, str] = {}
     info: dict[str, Any] = {}
@@ -171,17 +242,56 @@ def _rank_main() -> int:
 
     torch_fl.register_device_plugin(args.device, plugin_path=args.library)
     dev = torch.device(args.device, args.rank % torch.accelerator.device_count())
-    dist.init_process_group(f"cpu:gloo,{args.device}:tfl", store=dist.FileStore(args.store, args.world),
-                            rank=args.rank, world_size=args.world, timeout=timedelta(seconds=120), device_id=dev)
+    store = dist.FileStore(args.store, args.world)
+    dist.init_process_group(f"cpu:gloo,{args.device}:tfl", store=store,
+                            rank=args.rank, world_size=args.world, timeout=timedelta(seconds=args.timeout),
+                            device_id=dev)
     try:
         if args.scenario == "collectives":
             _collectives(check, args.rank, args.world, dev, args.dtypes.split(","))
-        else:
+        elif args.scenario == "ddp":
             check("ddp", lambda: _ddp(info, args.rank, args.world, dev))
+        else:
+            _failure(args.scenario, info, args.rank, dev, store)
     finally:
         write()
+    if args.scenario in ("timeout", "dead_rank"):
+        # The group is broken on purpose: leave without the collective teardown.
+        sys.stdout.flush()
+        os._exit(0)
     dist.destroy_process_group()
     return 0
+
+
+def _failure(scenario: str, info: dict[str, Any], rank: int, dev: Any, store: Any) -> None:
+    """timeout: rank 0 enters an all_reduce that rank 1 never joins (rank 1
+    waits on the store meanwhile, alive). dead_rank: rank 0 kills itself once
+    the communicator is up; rank 1 enters an all_reduce."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(1 << 16, device=dev)
+    dist.all_reduce(t)  # the communicator is up on both ranks
+    torch.accelerator.synchronize(dev)
+    if scenario == "timeout" and rank == 1:
+        store.wait(["rank0_done"], timedelta(seconds=120))
+        return
+    if scenario == "dead_rank" and rank == 0:
+        time.sleep(0.5)  # rank 1 is in its all_reduce by now
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+        torch.accelerator.synchronize(dev)
+    except Exception as exc:  # noqa: BLE001 - recorded for the test to judge
+        info["error_type"] = type(exc).__name__
+        info["dist_error"] = isinstance(exc, dist.DistError)
+        info["error"] = str(exc)
+    info["seconds"] = time.monotonic() - start
+    if scenario == "timeout":
+        store.set("rank0_done", "1")
 
 
 def _values(rank: int, n: int, dtype: Any, op: str = "sum", offset: int = 0) -> Any:
