@@ -87,8 +87,11 @@ def _loss(model: nn.Module, inputs: tuple[Any, ...], target: Any) -> torch.Tenso
 
 def _optimizer(params: Iterable[nn.Parameter], device_type: str) -> torch.optim.Optimizer:
     # The fused kernel on every device (the CPU has one too), so both sides
-    # run the same update rule.
-    return torch.optim.SGD(params, lr=0.02, momentum=0.9, weight_decay=5e-4, fused=True)
+    # run the same update rule. At lr=0.02 ten steps on batches of 8 are
+    # chaotic: the CPU against itself (1 vs 2 threads) drifts 1.6% in loss and
+    # 0.03 in the eval output, more than the tolerances; at 0.005 it agrees
+    # to 1e-5, so a difference is the device's.
+    return torch.optim.SGD(params, lr=0.005, momentum=0.9, weight_decay=5e-4, fused=True)
 
 
 SPEC = ModelSpec(
