@@ -344,11 +344,6 @@ def _messages(report: pytest.TestReport) -> tuple[str, str]:
 
 
 def _op_stats_rows() -> list[dict[str, Any]]:
-    import torch_fl
+    from torch_fl_conformance import opstats
 
-    return [
-        {"op": r.op, "dtype": r.dtype, "native": r.native, "decomposed": r.decomposed,
-         "cpu_fallback": r.cpu_fallback, "failed": r.failed, "time_ns": r.time_ns,
-         "bytes_copied": r.bytes_copied}
-        for r in torch_fl.op_stats()
-    ]
+    return opstats.rows()

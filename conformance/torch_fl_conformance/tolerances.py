@@ -10,7 +10,7 @@ from typing import Any
 
 import tomllib
 
-__all__ = ["Bound", "Mismatch", "compare", "tolerance"]
+__all__ = ["Bound", "Mismatch", "compare", "flatten", "tolerance"]
 
 
 @dataclass(frozen=True)
@@ -18,13 +18,18 @@ class Bound:
     atol: float
     rtol: float
     reason: str = ""
+    # absolute allowance as a fraction of the largest |CPU value| of the same tensor
+    of_max: float = 0.0
+    # absolute allowance as a multiple of the CPU's own rounding error in this dtype
+    # (largest |CPU result - CPU result computed in float32| of the same tensor)
+    of_cpu_error: float = 0.0
 
 
 @lru_cache(maxsize=1)
 def _table() -> dict[str, Any]:
     text = resources.files("torch_fl_conformance").joinpath("tolerances.toml").read_text("utf-8")
     data = tomllib.loads(text)
-    for o in data.get("override", []) + data.get("compare_only", []):
+    for o in data.get("override", []) + data.get("compare_only", []) + data.get("tie_order", []):
         if not o.get("reason", "").strip():
             raise ValueError(f"tolerances.toml: entry for {o.get('op')} has no reason")
     return data
@@ -36,11 +41,16 @@ def tolerance(dtype: str, kind: str, op: str | None = None) -> Bound | None:
     if op is not None:
         for o in data.get("override", []):
             if o["op"] == op and o["dtype"] in (dtype, "*") and kind in o:
-                return Bound(float(o[kind]["atol"]), float(o[kind]["rtol"]), o["reason"])
+                return _bound(o[kind], o["reason"])
     entry = data["dtype"].get(dtype)
     if entry is None:
         return None
-    return Bound(float(entry[kind]["atol"]), float(entry[kind]["rtol"]))
+    return _bound(entry[kind], "")
+
+
+def _bound(b: dict[str, Any], reason: str) -> Bound:
+    return Bound(float(b["atol"]), float(b["rtol"]), reason, float(b.get("of_max", 0.0)),
+                 float(b.get("of_cpu_error", 0.0)))
 
 
 def compared_outputs(op: str) -> list[int] | None:
@@ -48,6 +58,15 @@ def compared_outputs(op: str) -> list[int] | None:
     for entry in _table().get("compare_only", []):
         if entry["op"] == op:
             return [int(i) for i in entry["outputs"]]
+    return None
+
+
+def tie_order_indices(op: str) -> list[int] | None:
+    """Positions of an operator's index outputs whose order among equal input values
+    is unspecified (unstable sorts, top-k); None for other operators."""
+    for entry in _table().get("tie_order", []):
+        if entry["op"] == op:
+            return [int(i) for i in entry["indices"]]
     return None
 
 
@@ -59,35 +78,43 @@ class Mismatch:
     max_rel: float = 0.0
 
 
-def _flatten(value: Any, where: str, out: list[tuple[str, Any]]) -> None:
+def flatten(value: Any, where: str, out: list[tuple[str, Any]]) -> None:
     if isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
-            _flatten(v, f"{where}[{i}]", out)
+            flatten(v, f"{where}[{i}]", out)
     elif isinstance(value, dict):
         for k in sorted(value, key=str):
-            _flatten(value[k], f"{where}[{k!r}]", out)
+            flatten(value[k], f"{where}[{k!r}]", out)
     else:
         out.append((where, value))
 
 
 def compare(actual: Any, expected: Any, kind: str, op: str | None,
-            shape_only: bool = False) -> tuple[list[Mismatch], float, float]:
+            shape_only: bool = False, cpu_error: Any = None) -> tuple[list[Mismatch], float,
+                                                                       float]:
     """Compares a device result (already on the CPU) with the CPU result.
 
     Returns the mismatches and the largest absolute and relative errors seen.
     shape_only compares structure, dtypes and shapes (random operators).
+    cpu_error: the CPU result computed in float32, same structure as `expected`; its
+    distance from `expected` is the CPU's own rounding error (used by of_cpu_error).
     """
     import torch
 
     a_items: list[tuple[str, Any]] = []
     e_items: list[tuple[str, Any]] = []
-    _flatten(actual, "out", a_items)
-    _flatten(expected, "out", e_items)
+    flatten(actual, "out", a_items)
+    flatten(expected, "out", e_items)
+    w_items: list[tuple[str, Any]] = []
+    if cpu_error is not None:
+        flatten(cpu_error, "out", w_items)
+    if len(w_items) != len(e_items):
+        w_items = [("", None)] * len(e_items)
     if len(a_items) != len(e_items):
         return [Mismatch("out", f"{len(a_items)} values, CPU gives {len(e_items)}")], 0.0, 0.0
     bad: list[Mismatch] = []
     worst_abs = worst_rel = 0.0
-    for (where, a), (_, e) in zip(a_items, e_items):
+    for (where, a), (_, e), (_, w) in zip(a_items, e_items, w_items):
         if isinstance(e, torch.Tensor):
             if not isinstance(a, torch.Tensor):
                 bad.append(Mismatch(where, f"got {type(a).__name__}, CPU gives a tensor"))
@@ -98,7 +125,7 @@ def compare(actual: Any, expected: Any, kind: str, op: str | None,
                 continue
             if shape_only or e.numel() == 0:
                 continue
-            m, ab, rel = _compare_tensor(a, e, kind, op)
+            m, ab, rel = _compare_tensor(a, e, kind, op, _rounding_error(e, w))
             worst_abs, worst_rel = max(worst_abs, ab), max(worst_rel, rel)
             if m:
                 m.where = where
@@ -114,8 +141,20 @@ def compare(actual: Any, expected: Any, kind: str, op: str | None,
     return bad, worst_abs, worst_rel
 
 
-def _compare_tensor(a: Any, e: Any, kind: str, op: str | None) -> tuple[Mismatch | None, float,
-                                                                            float]:
+def _rounding_error(e: Any, wide: Any) -> float:
+    """Largest |e - wide| over finite places: the CPU's own rounding error in e's dtype."""
+    import torch
+
+    if (not isinstance(wide, torch.Tensor) or wide.shape != e.shape
+            or not e.is_floating_point() or e.layout != torch.strided):
+        return 0.0
+    d = (e.detach().double() - wide.detach().double()).abs()
+    d = d[torch.isfinite(d)]
+    return float(d.max()) if d.numel() else 0.0
+
+
+def _compare_tensor(a: Any, e: Any, kind: str, op: str | None,
+                    cpu_error: float = 0.0) -> tuple[Mismatch | None, float, float]:
     import torch
 
     if e.is_complex():
@@ -147,12 +186,20 @@ def _compare_tensor(a: Any, e: Any, kind: str, op: str | None) -> tuple[Mismatch
     max_abs = float(diff.max())
     max_rel = float((diff / ref.clamp_min(1e-12)).max())
     assert bound is not None
-    allowed = bound.atol + bound.rtol * ref
+    atol = bound.atol + bound.of_max * float(ref.max()) + bound.of_cpu_error * cpu_error
+    allowed = atol + bound.rtol * ref
     over = diff > allowed
     if bool(over.any()):
         i = int(torch.argmax(diff - allowed).item())
+        scaled = ""
+        if bound.of_max:
+            scaled += f" + {bound.of_max:g} x max |cpu| {float(ref.max()):.3g}"
+        if bound.of_cpu_error and cpu_error:
+            scaled += f" + {bound.of_cpu_error:g} x cpu rounding error {cpu_error:.3g}"
+        if scaled:
+            scaled = f" ({bound.atol:g}{scaled})"
         return Mismatch(
-            "", f"{int(over.sum())} of {diff.numel()} elements outside atol={bound.atol:g} "
+            "", f"{int(over.sum())} of {diff.numel()} elements outside atol={atol:g}{scaled} "
                 f"rtol={bound.rtol:g}; worst |device - cpu| = {float(diff[i]):.3g} at a CPU value "
                 f"of {float(e64[finite][i]):.4g}", max_abs, max_rel,
         ), max_abs, max_rel

@@ -144,7 +144,8 @@ def _coverage(tests: list[dict[str, Any]]) -> dict[str, Any]:
         if data:
             for f in ("forward", "backward", "samples", "fallback_ops", "decomposed_ops",
                       "max_abs", "max_rel", "grad_max_abs", "grad_max_rel", "forward_error",
-                      "backward_error", "wrong", "grad_wrong", "shape_only"):
+                      "backward_error", "wrong", "grad_wrong", "shape_only", "random",
+                      "unsupported_samples"):
                 if f in data:
                     row[f] = data[f]
             row["class"] = data.get("class", row["class"])
@@ -162,7 +163,14 @@ def _coverage(tests: list[dict[str, Any]]) -> dict[str, Any]:
         by_dtype[r["dtype"]][r["class"]] += 1
     ops = sorted({r["op"] for r in table})
     fallback_ops = Counter(o for r in table for o in r.get("fallback_ops", []))
+    # capability -> cases with samples set aside because the plugin lacks it
+    set_aside: dict[str, list[str]] = defaultdict(list)
+    for r in table:
+        for cap in sorted(r.get("unsupported_samples") or {}):
+            set_aside[cap].append(f"{r['op']}-{r['dtype']}")
     return {
+        "capability_unsupported": {c: v for c, v in sorted(set_aside.items())},
+        "random_ops": sorted({r["op"] for r in table if r.get("random")}),
         "classes": list(COVERAGE_CLASSES),
         "ops": table,
         "totals": {c: totals.get(c, 0) for c in COVERAGE_CLASSES},

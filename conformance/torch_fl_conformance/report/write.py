@@ -105,6 +105,16 @@ def render_markdown(r: dict[str, Any]) -> str:
         for d, c in cov["by_dtype"].items():
             lines.append(f"| {d} | " + " | ".join(str(c[k]) for k in cov["classes"]) + " |")
         lines.append("| **all** | " + " | ".join(f"**{t[k]}**" for k in cov["classes"]) + " |")
+        for cap, cases in (cov.get("capability_unsupported") or {}).items():
+            lines += ["", f"Samples needing `{cap}` (not advertised) were not run on the device "
+                      f"in {len(cases)} operator/dtype case(s): "
+                      + ", ".join(f"`{c}`" for c in cases[:12])
+                      + (" ..." if len(cases) > 12 else "") + "."]
+        if cov.get("random_ops"):
+            lines += ["", f"{len(cov['random_ops'])} random operator(s) compared by structure, "
+                      "finiteness and same-seed reproducibility (the device's random stream "
+                      "differs from the CPU's): " + ", ".join(f"`{o}`" for o in cov["random_ops"])
+                      + "."]
         if cov["top_fallback_aten_ops"]:
             lines += ["", "Kernels whose absence sends the most cases to the CPU fallback: "
                       + ", ".join(f"`{x['op']}` ({x['cases']})"
@@ -199,6 +209,14 @@ def render_html(r: dict[str, Any]) -> str:
         rows = list(cov["by_dtype"].items()) + [("all dtypes", t)]
         out.append(svg.stacked_bars(rows, cov["classes"],
                                     "Native vs decomposed vs CPU fallback, per dtype"))
+        for cap, cases in (cov.get("capability_unsupported") or {}).items():
+            out.append(f"<p>Samples needing <b>{_h(cap)}</b> (not advertised) were not run on "
+                       f"the device in {len(cases)} operator/dtype case(s): "
+                       f"{_h(', '.join(cases[:30]))}{' ...' if len(cases) > 30 else ''}.</p>")
+        if cov.get("random_ops"):
+            out.append(f"<p>{len(cov['random_ops'])} random operator(s) compared by structure, "
+                       "finiteness and same-seed reproducibility (the device's random stream "
+                       f"differs from the CPU's): {_h(', '.join(cov['random_ops']))}.</p>")
         top = [(x["op"], x["cases"]) for x in cov["top_fallback_aten_ops"][:15]]
         out.append(svg.bars(top, "Missing kernels: aten ops sending most cases to the CPU",
                             color="#f9a825"))
@@ -246,6 +264,12 @@ def render_html(r: dict[str, Any]) -> str:
         for row in cov["ops"]:
             note = row.get("wrong") or row.get("grad_wrong") or row.get("forward_error") \
                 or row.get("backward_error") or row.get("message") or ""
+            if row.get("unsupported_samples"):
+                note = (note + "; " if note else "") + ", ".join(
+                    f"{n} sample(s) need {c} (not advertised)"
+                    for c, n in sorted(row["unsupported_samples"].items()))
+            elif row.get("random") and not note:
+                note = "random: compared by properties"
             out.append(f"<tr><td>{_h(row['op'])}</td><td>{row['dtype']}</td>"
                        f"<td style='color:{svg.COLORS.get(row['class'], '#000')}'>"
                        f"{row['class']}</td><td>{_h(row.get('forward', ''))}</td>"

@@ -37,9 +37,12 @@ def test_op(case: opinfo_sweep.Case, check: str, target: Any, device: str, run_s
                           "check": check})
         pytest.skip(f"{missing} not advertised by {target.plugin_name}")
     ev = opinfo_sweep.evaluate(case, device, run_state.samples,
-                               per_test_seed(run_state.seed, case.id))
+                               per_test_seed(run_state.seed, case.id),
+                               capabilities=frozenset(target.capabilities))
     record("opinfo", {**ev.to_dict(), "check": check})
     if ev.samples == 0:
+        if ev.unsupported_samples:
+            pytest.skip(opinfo_sweep.capability_reason(ev, target.plugin_name))
         pytest.skip(f"no sample of {case.op} for {case.dtype} runs on the CPU")
     if check == "runs":
         if ev.forward_error:
