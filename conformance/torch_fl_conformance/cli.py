@@ -4,6 +4,7 @@
     torchfl-conformance diff before/report.json after/report.json
     torchfl-conformance verify out/report.json
     torchfl-conformance requirements --format md
+    torchfl-conformance zoo --plugin flemu --steps 10 --out zoo-table
 """
 
 from __future__ import annotations
@@ -66,6 +67,18 @@ def _parser() -> argparse.ArgumentParser:
                                    "certification refuses expected failures of MUST ones.")
     e.add_argument("report")
     e.add_argument("--include-must", action="store_true")
+
+    z = sub.add_parser("zoo", help="train the model zoo on a device and the CPU: regression table",
+                       description="Trains each zoo model for --steps steps on the plugin's "
+                                   "device and on the CPU side by side and writes a table "
+                                   "(Markdown and JSON) of loss delta, output/gradient errors, "
+                                   "step times and their ratio, peak memory and fallbacks. "
+                                   "Exit status 1 when a model misses its tolerances.")
+    z.add_argument("--plugin", help="installed plugin name, path of its library, or NAME=PATH")
+    z.add_argument("--steps", type=int, default=10, help="training steps per model (default 10)")
+    z.add_argument("--models", metavar="NAMES", help="comma-separated zoo names (default all)")
+    z.add_argument("--out", default="zoo-table", metavar="DIR",
+                   help="directory for zoo-table.md and zoo-table.json (default ./zoo-table)")
 
     q = sub.add_parser("requirements", help="print the requirement catalogue")
     q.add_argument("--format", choices=("md", "json"), default="md")
@@ -199,10 +212,46 @@ def cmd_requirements(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_zoo(args: argparse.Namespace) -> int:
+    from torch_fl_conformance.target import NoPluginChosen, load_target
+    from torch_fl_conformance.zoo import all_models, get_model
+    from torch_fl_conformance.zoo.parity import check_parity
+    from torch_fl_conformance.zoo.table import build_table, render_markdown
+
+    if args.steps < 1:
+        print(f"torchfl-conformance: --steps must be at least 1, got {args.steps}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        target = load_target(args.plugin)
+        specs = ([get_model(n.strip()) for n in args.models.split(",") if n.strip()]
+                 if args.models else list(all_models()))
+    except NoPluginChosen as exc:
+        print(f"torchfl-conformance: {exc.code}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyError as exc:
+        print(f"torchfl-conformance: {exc.args[0]}", file=sys.stderr)
+        return EXIT_USAGE
+    results = []
+    for spec in specs:
+        print(f"training {spec.name} for {args.steps} steps on {target.device()} and the CPU ...",
+              flush=True)
+        results.append(check_parity(spec, device=target.device(), steps=args.steps))
+    table = build_table(results, target.header(), args.steps)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    markdown = render_markdown(table)
+    (out / "zoo-table.md").write_text(markdown, encoding="utf-8")
+    (out / "zoo-table.json").write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
+    print(markdown)
+    print(f"table: {(out / 'zoo-table.md').resolve()}")
+    print(f"       {(out / 'zoo-table.json').resolve()}")
+    return EXIT_OK if table["passed"] else EXIT_NOT_MET
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handler = {"run": cmd_run, "diff": cmd_diff, "verify": cmd_verify, "expect": cmd_expect,
-               "requirements": cmd_requirements}[args.command]
+               "requirements": cmd_requirements, "zoo": cmd_zoo}[args.command]
     return handler(args)
 
 

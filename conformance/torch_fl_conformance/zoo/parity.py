@@ -80,6 +80,7 @@ class ParityResult:
     fallback_ops: list[str]  # "aten::op (dtype)" that hit the CPU fallback or failed in the loop
     step_time_s: float  # median device training step
     peak_memory_bytes: int  # device, during the loop
+    cpu_step_time_s: float = math.nan  # median CPU training step, same loop
     failures: list[str] = field(default_factory=list)  # every unmet tolerance, actual and allowed
 
     @property
@@ -219,6 +220,7 @@ def check_parity(
     losses_cpu: list[float] = []
     losses_dev: list[float] = []
     step_times: list[float] = []
+    cpu_step_times: list[float] = []
     eval_max_abs: float | None = None
     amp_max_abs: float | None = None
     mod = _device_module(dev)
@@ -256,10 +258,13 @@ def check_parity(
                     elapsed = time.perf_counter() - start
                     if not first or steps == 1:
                         step_times.append(elapsed)
+                    start = time.perf_counter()
                     loss_c = _train_step(
                         spec, cpu_model, cpu_opt, batch, DropoutTape("replay", tape.masks),
                         out_cpu if first else None, grads_cpu if first else None,
                     )
+                    if not first or steps == 1:
+                        cpu_step_times.append(time.perf_counter() - start)
                     losses_dev.append(float(loss_d))
                     losses_cpu.append(float(loss_c))
                     if first:
@@ -343,6 +348,7 @@ def check_parity(
         amp_max_abs=amp_max_abs,
         fallback_ops=fallback_ops,
         step_time_s=statistics.median(step_times) if step_times else math.nan,
+        cpu_step_time_s=statistics.median(cpu_step_times) if cpu_step_times else math.nan,
         peak_memory_bytes=peak,
         failures=failures,
     )
