@@ -77,11 +77,11 @@ def _num(x: float | None, fmt: str) -> str:
 def render_markdown(table: dict[str, Any]) -> str:
     p = table["plugin"]
     lines = [
-        f"# Model zoo on {p.get('plugin_name', '?')} {p.get('version', '')} "
-        f"(device '{p.get('device_type', '?')}'), {table['steps']} training steps",
+        (f"# Model zoo on {p.get('plugin_name', '?')} {p.get('version', '')} "
+         f"(device '{p.get('device_type', '?')}'), {table['steps']} training steps"),
         "",
-        "| model | parity | final loss Δ (rel) | fwd max err | grad max err | eval max err "
-        "| AMP max err | step device (ms) | step CPU (ms) | ratio | peak memory (MiB) | fallbacks |",
+        ("| model | parity | final loss Δ (rel) | fwd max err | grad max err | eval max err "
+         "| AMP max err | step device (ms) | step CPU (ms) | ratio | peak memory (MiB) | fallbacks |"),
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in table["rows"]:
