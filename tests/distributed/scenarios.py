@@ -592,6 +592,70 @@ def ddp(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.Sto
     rec.info["ranks_agree"] = all(torch.equal(g.cpu(), flat.cpu()) for g in gathered)
 
 
+def fsdp(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.Store) -> None:
+    """FSDP2 (fully_shard) of a small MLP on the device: every Linear its own
+    group plus the root, 3 Adam steps, each rank on its shard of every batch,
+    against single-process CPU training on the whole batch (every rank runs
+    it: it is small). The last layer has 3 output rows, sharded unevenly."""
+    import copy
+
+    import torch_fl
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    steps, batch = 3, 16
+    # FSDP places unsharded parameters on the current device, as with CUDA.
+    torch.accelerator.set_device_index(dev.index)
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32),
+                                    torch.nn.ReLU(), torch.nn.Linear(32, 3))
+    initial = {k: v.clone() for k, v in reference.state_dict().items()}
+    model = copy.deepcopy(reference).to(dev)
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    shards = {}
+    for name, p in model.named_parameters():
+        assert isinstance(p, DTensor), f"{name} is a {type(p).__name__} after fully_shard, not a DTensor"
+        local = p.to_local()
+        shards[name] = [str(local.device), list(local.shape)]
+    rec.info["shards"] = shards
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    ref_opt = torch.optim.Adam(reference.parameters(), lr=1e-2)
+    per = batch // world
+    shard = slice(rank * per, (rank + 1) * per)
+    losses, ref_losses = [], []
+    with torch_fl.op_stats_scope() as scope:
+        for step in range(steps):
+            g = torch.Generator().manual_seed(step)
+            x, y = torch.randn(batch, 12, generator=g), torch.randn(batch, 3, generator=g)
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x[shard].to(dev)), y[shard].to(dev))
+            loss.backward()
+            opt.step()
+            mean_loss = loss.detach().clone()
+            dist.all_reduce(mean_loss, op=dist.ReduceOp.AVG)  # equal shards: the whole batch's loss
+            losses.append(mean_loss.item())
+    rec.info["cpu_fallbacks"] = sorted({f"{r.op} {r.dtype}" for r in scope.table.fallbacks()})
+    for step in range(steps):
+        g = torch.Generator().manual_seed(step)
+        x, y = torch.randn(batch, 12, generator=g), torch.randn(batch, 3, generator=g)
+        ref_opt.zero_grad()
+        ref_loss = torch.nn.functional.mse_loss(reference(x), y)
+        ref_loss.backward()
+        ref_opt.step()
+        ref_losses.append(ref_loss.item())
+    full = {k: v.full_tensor().cpu() if isinstance(v, DTensor) else v.cpu() for k, v in model.state_dict().items()}
+    errors = {k: (full[k] - v).abs().max().item() for k, v in reference.state_dict().items()}
+    rec.info["steps"] = steps
+    rec.info["losses"] = losses
+    rec.info["reference_losses"] = ref_losses
+    rec.info["param_errors"] = errors
+    rec.info["max_param_error"] = max(errors.values())
+    rec.info["changed_from_init"] = max((v - initial[k]).abs().max().item() for k, v in reference.state_dict().items())
+
+
 def bench_peer(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.Store) -> None:
     """A rank other than 0 of bench/test_allreduce.py: runs the all_reduces
     rank 0 announces (backend 0 gloo, 1 the device; -1 ends) and times nothing."""
@@ -610,6 +674,7 @@ def bench_peer(rec: Recorder, rank: int, world: int, dev: torch.device, store: d
 
 
 SCENARIOS = {"collectives": collectives, "timeout": timeout, "dead_rank": dead_rank, "abort": abort, "ddp": ddp,
+             "fsdp": fsdp,
              "mismatch": mismatch, "bench_peer": bench_peer,
              "backend_names": backend_names}
 
