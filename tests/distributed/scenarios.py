@@ -443,7 +443,8 @@ def collectives(rec: Recorder, rank: int, world: int, dev: torch.device) -> None
 
 def backend_names(rec: Recorder, rank: int, world: int, dev: torch.device, store_path: str) -> None:
     """init_process_group by the device's name, by the backend's, and with no
-    backend at all (the accelerator's default), one group after the other."""
+    backend at all (the accelerator's default), one group after the other,
+    each with device_id=; then with neither backend nor device_id."""
     for name in (DEVICE_TYPE, BACKEND, None):
         def run(name: str | None = name) -> None:
             store = dist.FileStore(f"{store_path}.{name}", world)
@@ -460,6 +461,26 @@ def backend_names(rec: Recorder, rank: int, world: int, dev: torch.device, store
                 dist.destroy_process_group()
 
         rec.check(f"backend[{name}]", run)
+
+    # No backend and no device_id: torch picks the accelerator's default backend.
+    torch.accelerator.set_device_index(dev.index)
+    dist.init_process_group(store=dist.FileStore(f"{store_path}.default", world), rank=rank, world_size=world,
+                            timeout=timedelta(seconds=60))
+    try:
+        def all_reduce() -> None:
+            t = torch.full((5,), float(rank + 1), device=dev)
+            dist.all_reduce(t)
+            assert_equal(t, torch.full((5,), float(world * (world + 1) // 2)), "all_reduce in the default group")
+
+        def ddp_step() -> None:
+            model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2).to(dev))
+            model(torch.ones(3, 4, device=dev)).sum().backward()
+            assert model.module.weight.grad is not None
+
+        rec.check("backend[default]", all_reduce)
+        rec.check("ddp[default]", ddp_step)
+    finally:
+        dist.destroy_process_group()
 
 
 def timeout(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.Store) -> None:

@@ -13,6 +13,7 @@ from ranks import RankResult, run_ranks
 from scenarios import collective_checks
 
 _runs: dict[int, list[RankResult]] = {}
+_named_runs: dict[str, list[RankResult]] = {}
 
 
 def collectives_run(world: int, tmp_path_factory: pytest.TempPathFactory) -> list[RankResult]:
@@ -54,11 +55,33 @@ def test_single_rank_group(flemu: torch_fl.PluginHandle, tmp_path: Path) -> None
     assert not failed, "\n".join(f"{k}: {v}" for k, v in failed.items())
 
 
-@pytest.mark.slow
-def test_init_by_device_name_backend_name_or_default(tmp_path: Path) -> None:
-    results = run_ranks("backend_names", 2, tmp_path, time_limit=120)
-    for r in results:
+def backend_names_run(tmp_path_factory: pytest.TempPathFactory) -> list[RankResult]:
+    if "backend_names" not in _named_runs:
+        _named_runs["backend_names"] = run_ranks("backend_names", 2, tmp_path_factory.mktemp("backend_names"),
+                                                 time_limit=120)
+    for r in _named_runs["backend_names"]:
         assert r.returncode == 0, r.describe()
-        assert set(r.checks) == {"backend[flemu]", "backend[tfl]", "backend[None]"}, r.checks
-        failed = {k: v for k, v in r.checks.items() if v != "ok"}
+    return _named_runs["backend_names"]
+
+
+@pytest.mark.slow
+def test_init_by_device_name_backend_name_or_default(tmp_path_factory: pytest.TempPathFactory) -> None:
+    for r in backend_names_run(tmp_path_factory):
+        assert set(r.checks) == {"backend[flemu]", "backend[tfl]", "backend[None]", "backend[default]",
+                                 "ddp[default]"}, r.checks
+        failed = {k: v for k, v in r.checks.items() if v != "ok" and k != "ddp[default]"}
         assert not failed, f"rank {r.rank}:\n" + "\n".join(f"{k}: {v}" for k, v in failed.items())
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError,
+    reason="torch 2.13: init_process_group() with neither backend nor device_id gives the default group the "
+           "GLOO default-backend type unless NCCL is present, so DDP's logger fails ('Could not find backend "
+           "type 1 for Process Group with name gloo'); fixed upstream by pytorch/pytorch#179901")
+def test_ddp_in_a_group_made_with_no_init_arguments(tmp_path_factory: pytest.TempPathFactory) -> None:
+    for r in backend_names_run(tmp_path_factory):
+        outcome = r.checks["ddp[default]"]
+        if outcome != "ok" and "Could not find backend type 1" not in outcome:
+            pytest.fail(f"rank {r.rank}: DDP failed for another reason than the known torch bug: {outcome}")
+        assert outcome == "ok", f"rank {r.rank}: {outcome}"

@@ -1,11 +1,10 @@
 """A plain DDP training script, as a user would hand it to torchrun:
 
-    python -m torch.distributed.run --standalone --nproc_per_node 2 torchrun_ddp.py OUT {device_id,none}
+    python -m torch.distributed.run --standalone --nproc_per_node 2 torchrun_ddp.py OUT
 
 Nothing torch-fl specific: the device comes from torch.accelerator (flemu,
-autoloaded), the process group from init_process_group() with no backend,
-given device_id= or nothing at all (then torch picks the accelerator's
-default backend). Each rank checks an all_reduce, then trains a small MLP
+autoloaded), the process group from init_process_group(device_id=...) with
+no backend (torch picks the one registered for the device). Each rank checks an all_reduce, then trains a small MLP
 with DistributedDataParallel on its half of every batch; rank 0 also trains
 a copy on the CPU on the whole batch. Rank r writes what it saw to OUT.r
 (an exception of the training is recorded there, not raised).
@@ -40,16 +39,13 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tens
 
 
 def main() -> int:
-    out, init = sys.argv[1], sys.argv[2]
+    out = sys.argv[1]
     local_rank = int(os.environ["LOCAL_RANK"])
     acc = torch.accelerator.current_accelerator()
     assert acc is not None, "no accelerator: the plugin did not autoload"
     dev = torch.device(acc.type, local_rank % torch.accelerator.device_count())
     torch.accelerator.set_device_index(dev.index)
-    if init == "device_id":
-        dist.init_process_group(device_id=dev)
-    else:
-        dist.init_process_group()
+    dist.init_process_group(device_id=dev)
     rank, world = dist.get_rank(), dist.get_world_size()
     t = torch.full((1000,), float(rank + 1), device=dev)
     dist.all_reduce(t)
