@@ -213,6 +213,25 @@ class Progress:
             self.out.write("\n")
 
 
+def _evaluation_key(tid: str) -> str:
+    m = _SHARED.match(tid)
+    return m.group(1) if m else tid
+
+
+def chunks(ids: list[str], size: int) -> list[tuple[int, int]]:
+    """[start, stop) ranges of about `size` tests; tests that share one evaluation
+    stay in one chunk, so no worker repeats another's op_db evaluation."""
+    out: list[tuple[int, int]] = []
+    start = 0
+    while start < len(ids):
+        stop = min(len(ids), start + size)
+        while stop < len(ids) and _evaluation_key(ids[stop]) == _evaluation_key(ids[stop - 1]):
+            stop += 1
+        out.append((start, stop))
+        start = stop
+    return out
+
+
 def run(cfg: RunConfig) -> dict[str, Any]:
     """Runs the suite; returns the report dictionary (also written to cfg.report_dir)."""
     report_dir = Path(cfg.report_dir)
@@ -247,9 +266,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
 
     results: dict[str, dict[str, Any]] = {}
     pending: deque[tuple[int, int]] = deque()
-    chunk = max(1, min(64, len(ids) // (jobs * 8) or 1))
-    for start in range(0, len(ids), chunk):
-        pending.append((start, min(len(ids), start + chunk)))
+    pending.extend(chunks(ids, max(1, min(64, len(ids) // (jobs * 8) or 1))))
     progress = Progress(cfg.progress, len(ids))
     restarts = 0
     op_stats_done: list[list[dict[str, Any]]] = []

@@ -290,3 +290,20 @@ def test_op_db_sorts_are_declared_tie_order(name: str) -> None:
     from torch_fl_conformance import tolerances
 
     assert tolerances.tie_order_indices(name) is not None
+
+
+def test_run_chunks_keep_the_checks_of_one_evaluation_together() -> None:
+    from torch_fl_conformance.runner import chunks
+
+    ids = ["L0/test_smoke.py::test_load"]
+    for op in ("abs", "add", "sub"):
+        ids += [f"L1/test_opinfo.py::test_op[{op}-float32-{c}]" for c in ("runs", "output",
+                                                                         "grad")]
+    ids += [f"L2/test_models.py::test_model[resnet18-{c}]" for c in ("parity", "amp")]
+    ranges = chunks(ids, 2)
+    assert [i for a, b in ranges for i in range(a, b)] == list(range(len(ids)))
+    for a, b in ranges:
+        assert b > a
+        if b < len(ids):  # never cut between two checks of one case
+            assert ids[b].rsplit("-", 1)[0] != ids[b - 1].rsplit("-", 1)[0], (a, b)
+    assert chunks([], 8) == []
