@@ -444,16 +444,29 @@ def collectives(rec: Recorder, rank: int, world: int, dev: torch.device) -> None
 def backend_names(rec: Recorder, rank: int, world: int, dev: torch.device, store_path: str) -> None:
     """init_process_group by the device's name, by the backend's, and with no
     backend at all (the accelerator's default), one group after the other,
-    each with device_id=; then with neither backend nor device_id."""
+    each with device_id=; then with neither backend nor device_id.
+
+    Every group is the default group, named "0", on the same store (as under
+    torchrun, whose store outlives the groups); rank 0 comes late to each
+    group's first collective after the first, so the other rank looks for the
+    communicator's unique id before rank 0 publishes it and must not take the
+    previous group's."""
+    store = dist.FileStore(f"{store_path}.groups", world)
+    late = False
+
+    def all_reduce(what: str) -> None:
+        if rank == 0 and late:
+            time.sleep(0.3)
+        t = torch.full((5,), float(rank + 1), device=dev)
+        dist.all_reduce(t)
+        assert_equal(t, torch.full((5,), float(world * (world + 1) // 2)), f"all_reduce in {what}")
+
     for name in (DEVICE_TYPE, BACKEND, None):
         def run(name: str | None = name) -> None:
-            store = dist.FileStore(f"{store_path}.{name}", world)
             dist.init_process_group(name, store=store, rank=rank, world_size=world,
-                                    timeout=timedelta(seconds=60), device_id=dev)
+                                    timeout=timedelta(seconds=20), device_id=dev)
             try:
-                t = torch.full((5,), float(rank + 1), device=dev)
-                dist.all_reduce(t)
-                assert_equal(t, torch.full((5,), float(world * (world + 1) // 2)), f"all_reduce in group {name!r}")
+                all_reduce(f"group {name!r}")
                 backend = str(dist.get_backend())
                 rec.info[f"backend/{name}"] = backend
                 assert (name or BACKEND) in backend, f"init_process_group({name!r}) made a {backend!r} group"
@@ -461,23 +474,18 @@ def backend_names(rec: Recorder, rank: int, world: int, dev: torch.device, store
                 dist.destroy_process_group()
 
         rec.check(f"backend[{name}]", run)
+        late = True
 
     # No backend and no device_id: torch picks the accelerator's default backend.
     torch.accelerator.set_device_index(dev.index)
-    dist.init_process_group(store=dist.FileStore(f"{store_path}.default", world), rank=rank, world_size=world,
-                            timeout=timedelta(seconds=60))
+    dist.init_process_group(store=store, rank=rank, world_size=world, timeout=timedelta(seconds=20))
     try:
-        def all_reduce() -> None:
-            t = torch.full((5,), float(rank + 1), device=dev)
-            dist.all_reduce(t)
-            assert_equal(t, torch.full((5,), float(world * (world + 1) // 2)), "all_reduce in the default group")
-
         def ddp_step() -> None:
             model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2).to(dev))
             model(torch.ones(3, 4, device=dev)).sum().backward()
             assert model.module.weight.grad is not None
 
-        rec.check("backend[default]", all_reduce)
+        rec.check("backend[default]", lambda: all_reduce("the group made with no arguments"))
         rec.check("ddp[default]", ddp_step)
     finally:
         dist.destroy_process_group()

@@ -713,6 +713,7 @@ class ProcessGroupTFL final : public c10d::Backend {
       TORCH_CHECK(bytes.size() == sizeof(id.bytes), "tfl: the unique id in the store has ", bytes.size(),
                   " bytes, expected ", sizeof(id.bytes));
       std::copy(bytes.begin(), bytes.end(), id.bytes);
+      forget_unique_id(key);
     }
     TFL_Comm_Init_Args a{};
     a.struct_size = TFL_Comm_Init_Args_STRUCT_SIZE;
@@ -736,6 +737,24 @@ class ProcessGroupTFL final : public c10d::Backend {
     }
     comm_ = std::move(c);
     return comm_;
+  }
+
+  // A group re-created under the same name on the same store (destroy and
+  // init again under torchrun, whose store outlives the groups) uses the same
+  // key: a rank reading it before rank 0 publishes the new id would join a
+  // communicator that no longer exists and wait out the timeout. So the last
+  // rank to read an id deletes it; that happens before its Comm_Init, hence
+  // before the group can be destroyed and made again. A store that cannot
+  // delete keys keeps the id (and the race).
+  void forget_unique_id(const std::string& key) {
+    if (store_->add(key + "/readers", 1) < size_ - 1) {
+      return;
+    }
+    try {
+      store_->deleteKey(key);
+      store_->deleteKey(key + "/readers");
+    } catch (const c10::Error&) {
+    }
   }
 
   void close(bool abort) noexcept {
