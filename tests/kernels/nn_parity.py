@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 import torch
-import torch_fl
+from native_check import run_native
 
 DEVICE = "flemu"
 
@@ -41,21 +41,6 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtyp
     torch.testing.assert_close(
         a, e, rtol=rtol * scale, atol=atol_rel * scale * max(mag, 1e-3), equal_nan=True,
         msg=lambda m: f"{what} ({dtype}): {m}")
-
-
-def run_native(fn: Callable[[], object], ops: Iterable[str]) -> object:
-    """fn() with CPU fallbacks raising; every op in `ops` must have run natively,
-    nothing may have fallen back or failed."""
-    with torch_fl.fallback_mode("error"), torch_fl.op_stats_scope() as scope:
-        out = fn()
-        torch.flemu.synchronize()
-    table = scope.table
-    for op in ops:
-        row = table.get(op)
-        assert row.native > 0, f"{op} did not run natively ({row}); what ran:\n{table}"
-    bad = [f"{r.op} ({r.dtype})" for r in table if r.cpu_fallback or r.failed]
-    assert not bad, f"operators that did not run natively: {bad}\n{table}"
-    return out
 
 
 def make(shape: Sequence[int], seed: int, low: float = -2.0, high: float = 2.0) -> torch.Tensor:

@@ -617,26 +617,19 @@ class ProcessGroupTFL final : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int /*tag*/) override {
-    at::Tensor t = single(tensors, "send");
-    check_dense(t, "send");
-    return launch(c10d::OpType::SEND, "send", t.device().index(), kSendLane, {t}, {t},
-                  [&](const Comm& c, TFL_Stream* s) {
-                    TFL_Comm_SendRecv_Args a{};
-                    a.struct_size = TFL_Comm_SendRecv_Args_STRUCT_SIZE;
-                    a.comm = c.handle;
-                    a.buf = t.data_ptr();
-                    a.count = static_cast<size_t>(t.numel());
-                    a.dtype = dtype_of(t);
-                    a.peer = dst;
-                    a.stream = s;
-                    check_call(collectives().Comm_Send(&a), "Comm_Send");
-                  });
+    return point_to_point(tensors, dst, /*sending=*/true);
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int /*tag*/) override {
-    at::Tensor t = single(tensors, "recv");
-    check_dense(t, "recv");
-    return launch(c10d::OpType::RECV, "recv", t.device().index(), kRecvLane, {t}, {t},
+    return point_to_point(tensors, src, /*sending=*/false);
+  }
+
+  c10::intrusive_ptr<c10d::Work> point_to_point(std::vector<at::Tensor>& tensors, int peer, bool sending) {
+    const char* what = sending ? "send" : "recv";
+    at::Tensor t = single(tensors, what);
+    check_dense(t, what);
+    return launch(sending ? c10d::OpType::SEND : c10d::OpType::RECV, what, t.device().index(),
+                  sending ? kSendLane : kRecvLane, {t}, {t},
                   [&](const Comm& c, TFL_Stream* s) {
                     TFL_Comm_SendRecv_Args a{};
                     a.struct_size = TFL_Comm_SendRecv_Args_STRUCT_SIZE;
@@ -644,9 +637,13 @@ class ProcessGroupTFL final : public c10d::Backend {
                     a.buf = t.data_ptr();
                     a.count = static_cast<size_t>(t.numel());
                     a.dtype = dtype_of(t);
-                    a.peer = src;
+                    a.peer = peer;
                     a.stream = s;
-                    check_call(collectives().Comm_Recv(&a), "Comm_Recv");
+                    if (sending) {
+                      check_call(collectives().Comm_Send(&a), "Comm_Send");
+                    } else {
+                      check_call(collectives().Comm_Recv(&a), "Comm_Recv");
+                    }
                   });
   }
 
