@@ -349,6 +349,19 @@ void run_fallback(
         ". TORCH_FL_FALLBACK=error forbids CPU fallbacks; implement the op in the '",
         plugin, "' plugin, or set TORCH_FL_FALLBACK=warn to allow them");
   }
+  const uint64_t bytes_before = transfer_bytes();
+  try {
+    cpu_fallback(op, stack);
+  } catch (c10::Error& e) {
+    counter.add(Path::Failed, now_ns() - start, transfer_bytes() - bytes_before);
+    e.add_context(
+        name + " is not native on the '" + plugin +
+        "' device; this error comes from its CPU fallback");
+    throw;
+  }
+  counter.add(Path::CpuFallback, now_ns() - start, transfer_bytes() - bytes_before);
+  // Only after the fallback ran: a call the CPU refuses as well (a user error
+  // that the meta step caught first) raises its own error without this warning.
   if (mode == FallbackMode::Warn) {
     bool first = false;
     {
@@ -364,17 +377,6 @@ void run_fallback(
           "this warning, TORCH_FL_FALLBACK=error forbids the fallback.");
     }
   }
-  const uint64_t bytes_before = transfer_bytes();
-  try {
-    cpu_fallback(op, stack);
-  } catch (c10::Error& e) {
-    counter.add(Path::Failed, now_ns() - start, transfer_bytes() - bytes_before);
-    e.add_context(
-        name + " is not native on the '" + plugin +
-        "' device; this error comes from its CPU fallback");
-    throw;
-  }
-  counter.add(Path::CpuFallback, now_ns() - start, transfer_bytes() - bytes_before);
 }
 
 void register_fallback(torch::Library& lib) {
