@@ -8,7 +8,7 @@ PIP    := $(VENV)/bin/pip
 .PHONY: certify demo test bench build venv clean
 
 # The certification level and where its report goes (`make certify LEVEL=L2`).
-LEVEL  ?= L1
+LEVEL  ?= L3
 REPORT ?= reports/flemu
 
 # Main job: a short demo on flemu, then its certification report.
