@@ -39,23 +39,22 @@ def test_cell_forward_backward(dtype: torch.dtype, bias: bool) -> None:
         (hy.sum() + 2 * cy.sum()).backward()
         return (hy.detach(), cy.detach(), *(t.grad for t in dev))
 
-    # Without biases the cell's outputs cannot be shaped natively (see
-    # test_cell_without_bias_is_native); the bridge decomposes it, which must
-    # still match and must not fall back to the CPU.
-    outs = run_native(run, CELL_OPS if bias else ())
+    outs = run_native(run, CELL_OPS)
     refs = [rhy.detach(), rcy.detach(), *(t.grad for t in ref_in)]
     for o, r in zip(outs, refs):
         assert_close(o, r.to(dtype), **tol(dtype, 8))
 
 
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="PyTorch's meta function for _thnn_fused_lstm_cell dereferences absent biases; the bridge "
-           "catches that and decomposes the call instead of shaping the outputs itself (bridge request)")
 def test_cell_without_bias_is_native() -> None:
+    # PyTorch's meta function reads the absent biases; the bridge shapes the outputs.
     g, c = make((2, 8), torch.float32, seed=15), make((2, 2), torch.float32, seed=16)
-    run_native(lambda: torch.ops.aten._thnn_fused_lstm_cell(g.to("flemu"), g.to("flemu"), c.to("flemu")),
-               CELL_OPS[:1])
+    hy, cy, ws = run_native(
+        lambda: torch.ops.aten._thnn_fused_lstm_cell(g.to("flemu"), g.to("flemu"), c.to("flemu")),
+        CELL_OPS[:1])
+    rhy, rcy = reference_cell(g, g, c, None, None)
+    assert ws.shape == (2, 8)
+    assert_close(hy, rhy, **tol(torch.float32, 8))
+    assert_close(cy, rcy, **tol(torch.float32, 8))
 
 
 def test_cell_backward_without_bias_leaves_grad_bias_undefined() -> None:
@@ -137,8 +136,8 @@ def test_nn_lstm_matches_cpu(batch_first: bool) -> None:
 
 @pytest.mark.filterwarnings("ignore:.*is not native:UserWarning")
 def test_bad_shapes_are_rejected() -> None:
-    # PyTorch's meta function rejects the shapes; the bridge then tries the
-    # decomposition, whose first mismatching op reports the sizes.
+    # Refused with the sizes before any kernel runs (the bridge shapes this
+    # bias-free cell itself).
     ig = torch.zeros(2, 8, device="flemu")
     cx = torch.zeros(2, 3, device="flemu")  # 4 * 3 != 8
     with pytest.raises(RuntimeError, match="size"):

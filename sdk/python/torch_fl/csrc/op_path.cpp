@@ -750,6 +750,42 @@ class NativeKernel final : public c10::OperatorKernel {
     return true;
   }
 
+  // PyTorch's meta functions for the fused RNN cells read the optional biases
+  // unconditionally (torch 2.13: `x.device` on None); without biases the
+  // outputs are shaped here, as the CUDA kernels shape them.
+  std::optional<MetaEntry> bias_free_rnn_cell(c10::ArrayRef<c10::IValue> args) const {
+    const bool lstm = sig_.name == "aten::_thnn_fused_lstm_cell";
+    if ((!lstm && sig_.name != "aten::_thnn_fused_gru_cell") || args.size() < 5) {
+      return std::nullopt;
+    }
+    auto absent = [](const c10::IValue& v) { return v.isNone() || (v.isTensor() && !v.toTensor().defined()); };
+    if (!absent(args[3]) && !absent(args[4])) {
+      return std::nullopt;
+    }
+    const at::Tensor& gates = args[0].toTensor();
+    const at::Tensor& state = args[2].toTensor();
+    const at::Tensor& hidden_gates = args[1].toTensor();
+    const int64_t per_unit = lstm ? 4 : 3;
+    TORCH_CHECK(
+        state.dim() == 2 && gates.dim() == 2 && gates.sizes() == hidden_gates.sizes() &&
+            gates.size(0) == state.size(0) && gates.size(1) == per_unit * state.size(1),
+        sig_.name, ": input_gates and hidden_gates must be of size [batch, ", per_unit,
+        " * hidden] for a state of size [batch, hidden]; got input_gates ", gates.sizes(),
+        ", hidden_gates ", hidden_gates.sizes(), ", state ", state.sizes());
+    auto like = [](const at::Tensor& t, c10::IntArrayRef sizes) {
+      return OutSpec{t.scalar_type(), c10::DimVector(sizes), c10::contiguous_strides(sizes)};
+    };
+    MetaEntry entry;
+    entry.outs.push_back(like(state, state.sizes()));
+    if (lstm) {
+      entry.outs.push_back(like(state, state.sizes()));
+      entry.outs.push_back(like(gates, gates.sizes()));
+    } else {
+      entry.outs.push_back(like(gates, {state.size(0), state.size(1) * 5}));
+    }
+    return entry;
+  }
+
   MetaEntry compute_meta(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
     MetaEntry entry;
     if (!output_like_.empty()) {
@@ -762,6 +798,9 @@ class NativeKernel final : public c10::OperatorKernel {
                               c10::contiguous_strides(like.sizes())});
       }
       return entry;
+    }
+    if (std::optional<MetaEntry> cell = bias_free_rnn_cell(args)) {
+      return *cell;
     }
     if (!functional_.has_value() && writes_only_self(args)) {
       const at::Tensor& self = args[0].toTensor();
