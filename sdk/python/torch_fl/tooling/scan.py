@@ -358,8 +358,9 @@ class _Scanner(ast.NodeVisitor):
             self._backends(target, parts)
         elif q.startswith("torch.distributed.Backend.NCCL") or q == "torch.distributed.NCCL":
             self.report("nccl", target, "NCCL runs collectives on NVIDIA GPUs only",
-                        "omit backend= in init_process_group: torch.distributed then uses the "
-                        "backend the plugin registered for '{dev}'")
+                        "pass device_id=torch.device(\"{dev}\", local_rank) and omit backend= in "
+                        "init_process_group: torch.distributed then uses the backend the plugin "
+                        "registered for '{dev}' (or name it: backend=\"{dev}\")")
         elif parts[0] == "apex" and (isinstance(node, ast.Attribute) or call is not None):
             key = ".".join(parts[:2])
             self.report("apex", target, "NVIDIA apex is CUDA-only",
@@ -530,8 +531,9 @@ class _Scanner(ast.NodeVisitor):
         else:
             why = "names the NCCL backend, which runs collectives on NVIDIA GPUs only"
         self.report("nccl", node, why,
-                    "omit backend= (torch.distributed uses the backend the plugin registered "
-                    "for '{dev}') or pass device_id=torch.device(\"{dev}\", local_rank)")
+                    "pass device_id=torch.device(\"{dev}\", local_rank) and omit backend= "
+                    "(torch.distributed uses the backend the plugin registered for '{dev}'), "
+                    "or name it: backend=\"{dev}\"")
 
 
 # ---------------------------------------------------------------------------
