@@ -1108,21 +1108,12 @@ class ProcessGroupTFL final : public c10d::Backend {
       TORCH_CHECK(outputs[i].numel() == inputs[i].numel() * size_, "tfl: ", name, ": the output needs world size x ",
                   inputs[i].numel(), " = ", inputs[i].numel() * size_, " elements, got ", outputs[i].numel());
       ins.push_back(contiguous_input(inputs[i], name));
-      dsts.push_back(outputs[i].is_contiguous() ? outputs[i] : at::empty_like(outputs[i], at::MemoryFormat::Contiguous));
+      dsts.push_back(contiguous_output(outputs[i]));
       copies = copies || !dsts.back().is_same(outputs[i]);
       keep.push_back(ins.back());
       keep.push_back(dsts.back());
     }
-    std::function<void()> finish;
-    if (copies) {
-      finish = [&] {
-        for (size_t i = 0; i < outputs.size(); ++i) {
-          if (!dsts[i].is_same(outputs[i])) {
-            outputs[i].copy_(dsts[i]);
-          }
-        }
-      };
-    }
+    std::function<void()> finish = copies ? copy_back(outputs, dsts) : std::function<void()>();
     return launch(
         type, name, ins[0].device().index(), kCollectiveLane, keep, outputs,
         [&](const Comm& c, TFL_Stream* s) {
@@ -1132,6 +1123,22 @@ class ProcessGroupTFL final : public c10d::Backend {
           }
         },
         finish);
+  }
+
+  // A non-contiguous output is written through a contiguous stand-in ...
+  static at::Tensor contiguous_output(const at::Tensor& out) {
+    return out.is_contiguous() ? out : at::empty_like(out, at::MemoryFormat::Contiguous);
+  }
+
+  // ... that this copies back when the work finishes.
+  static std::function<void()> copy_back(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& dsts) {
+    return [&outputs, &dsts] {
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        if (!dsts[i].is_same(outputs[i])) {
+          outputs[i].copy_(dsts[i]);
+        }
+      }
+    };
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(std::vector<at::Tensor>& outputs,
@@ -1149,22 +1156,13 @@ class ProcessGroupTFL final : public c10d::Backend {
       TORCH_CHECK(inputs[i].numel() == outputs[i].numel() * size_, "tfl: ", name, ": the input needs world size x ",
                   outputs[i].numel(), " = ", outputs[i].numel() * size_, " elements, got ", inputs[i].numel());
       at::Tensor in = contiguous_input(inputs[i], name);
-      dsts.push_back(outputs[i].is_contiguous() ? outputs[i] : at::empty_like(outputs[i], at::MemoryFormat::Contiguous));
+      dsts.push_back(contiguous_output(outputs[i]));
       copies = copies || !dsts.back().is_same(outputs[i]);
       plans.push_back(plan(in, dsts.back(), op));
       keep.push_back(plans.back().send);
       keep.push_back(plans.back().recv);
     }
-    std::function<void()> finish;
-    if (copies) {
-      finish = [&] {
-        for (size_t i = 0; i < outputs.size(); ++i) {
-          if (!dsts[i].is_same(outputs[i])) {
-            outputs[i].copy_(dsts[i]);
-          }
-        }
-      };
-    }
+    std::function<void()> finish = copies ? copy_back(outputs, dsts) : std::function<void()>();
     return launch(
         type, name, outputs[0].device().index(), kCollectiveLane, keep, outputs,
         [&](const Comm& c, TFL_Stream* s) {
