@@ -253,6 +253,9 @@ def collectives(rec: Recorder, rank: int, world: int, dev: torch.device) -> None
         dist.all_gather_into_tensor(out, inp)
         exp = torch.cat([values(r, 14, torch.bfloat16).reshape(2, 7) for r in range(world)])
         assert_equal(out, exp, "all_gather_into_tensor")
+        strided = torch.empty(7, 2 * world, dtype=torch.bfloat16, device=dev).t()  # a stand-in copied back
+        dist.all_gather_into_tensor(strided, inp)
+        assert_equal(strided, exp, "all_gather_into_tensor into a transposed output")
 
     rec.check("all_gather_into_tensor", all_gather_into_tensor)
 
@@ -283,6 +286,9 @@ def collectives(rec: Recorder, rank: int, world: int, dev: torch.device) -> None
         dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.AVG)
         full = torch.stack([values(r, n * world, torch.float32) for r in range(world)]).sum(0) / world
         assert_equal(out, full[rank * n:(rank + 1) * n], "reduce_scatter_tensor avg")
+        strided = torch.zeros(2 * n, device=dev)[::2]  # a stand-in copied back
+        dist.reduce_scatter_tensor(strided, inp, op=dist.ReduceOp.AVG)
+        assert_equal(strided, full[rank * n:(rank + 1) * n], "reduce_scatter_tensor into a strided output")
 
     rec.check("reduce_scatter_tensor", reduce_scatter_tensor)
 
