@@ -9,6 +9,7 @@ the plugin before that.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import time
@@ -22,6 +23,22 @@ SUITE_DIR = Path(__file__).resolve().parent / "suite"
 DEFAULT_SEED = 20240601
 DEFAULT_TIMEOUT = 300.0
 KEY = pytest.StashKey["RunState"]()
+ZOO_UNAVAILABLE = "zoo-unavailable"
+
+
+def selected_models(config: pytest.Config, errors: list[str]) -> list[str]:
+    """Zoo model names this run tests (--models patterns). When the zoo cannot be
+    imported: the single name ZOO_UNAVAILABLE, with the reason appended to
+    `errors` (every test of it reports that ERROR, never a pass)."""
+    try:
+        from torch_fl_conformance.zoo import all_models
+    except Exception as exc:  # noqa: BLE001 - reported as ERROR by the tests, never a pass
+        errors.append(f"the model zoo cannot be imported: {type(exc).__name__}: {exc}")
+        return [ZOO_UNAVAILABLE]
+    state = config.stash.get(KEY, None)
+    pats = state.models if state is not None else None
+    return [m.name for m in all_models()
+            if not pats or any(fnmatch.fnmatchcase(m.name, p) for p in pats)]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

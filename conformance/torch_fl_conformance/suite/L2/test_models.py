@@ -2,36 +2,21 @@
 
 from __future__ import annotations
 
-import fnmatch
 from typing import Any
 
 import pytest
-from torch_fl_conformance.pytest_plugin import KEY
+from torch_fl_conformance.pytest_plugin import selected_models
 
 CHECKS = {"parity": "TFL-TRAIN-001", "no_fallback": "TFL-TRAIN-002", "amp": "TFL-TRAIN-003"}
 _ZOO_ERROR: list[str] = []
 _results: dict[tuple[str, str], Any] = {}
 
 
-def _model_names() -> list[str]:
-    try:
-        from torch_fl_conformance.zoo import all_models
-    except Exception as exc:  # noqa: BLE001 - reported as ERROR in every training test, never a pass
-        _ZOO_ERROR.append(f"the model zoo cannot be imported: {type(exc).__name__}: {exc}")
-        return ["zoo-unavailable"]
-    return [m.name for m in all_models()]
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "model" not in metafunc.fixturenames:
         return
-    state = metafunc.config.stash.get(KEY, None)
-    pats = state.models if state is not None else None
     params = []
-    for name in _model_names():
-        if pats and name != "zoo-unavailable" and not any(fnmatch.fnmatchcase(name, p)
-                                                          for p in pats):
-            continue
+    for name in selected_models(metafunc.config, _ZOO_ERROR):
         for check, rid in CHECKS.items():
             marks = [pytest.mark.requirement(rid)]
             if check == "amp":

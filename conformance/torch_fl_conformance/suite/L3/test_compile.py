@@ -21,14 +21,13 @@ SKIPPED with that reason.
 from __future__ import annotations
 
 import copy
-import fnmatch
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pytest
 import torch
 from torch import nn
-from torch_fl_conformance.pytest_plugin import KEY
+from torch_fl_conformance.pytest_plugin import selected_models
 
 CHECKS = {"parity": "TFL-COMPILE-001", "peak_memory": "TFL-COMPILE-002"}
 MEMORY_SLACK = 1.05
@@ -54,25 +53,11 @@ class CompileResult:
     error: str = ""  # an exception that ended the comparison
 
 
-def _model_names() -> list[str]:
-    try:
-        from torch_fl_conformance.zoo import all_models
-    except Exception as exc:  # noqa: BLE001 - reported as ERROR in every compile test, never a pass
-        _ZOO_ERROR.append(f"the model zoo cannot be imported: {type(exc).__name__}: {exc}")
-        return ["zoo-unavailable"]
-    return [m.name for m in all_models()]
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "model" not in metafunc.fixturenames:
         return
-    state = metafunc.config.stash.get(KEY, None)
-    pats = state.models if state is not None else None
     params = []
-    for name in _model_names():
-        if pats and name != "zoo-unavailable" and not any(fnmatch.fnmatchcase(name, p)
-                                                          for p in pats):
-            continue
+    for name in selected_models(metafunc.config, _ZOO_ERROR):
         params.append(pytest.param(name, id=name))
     metafunc.parametrize("model", params)
 
