@@ -57,6 +57,24 @@ void require_same_dtype(const TensorArg& a, const TensorArg& b, const char* an, 
     invalid_argument(an, " has dtype ", dtype_name(a.dtype), " but ", bn, " has ", dtype_name(b.dtype));
 }
 
+// grad_output and grad_input of a backward kernel: floating, one dtype, the same
+// batch and channels; grad_input shaped like self when self is given.
+struct GradPlanes {
+  Planes grad, input;
+};
+
+GradPlanes grad_planes(const TensorArg& grad, const TensorArg& gi, const TensorArg* self, bool allow_3d = true) {
+  require_floating(grad, "grad_output");
+  require_same_dtype(gi, grad, "grad_input", "grad_output");
+  GradPlanes g{planes(grad, "grad_output", allow_3d), planes(gi, "grad_input", allow_3d)};
+  require_same_planes(g.grad, g.input, "grad_output", "grad_input");
+  if (self != nullptr) {
+    const Planes ps = planes(*self, "self");
+    if (g.input.H != ps.H || g.input.W != ps.W) invalid_argument("grad_input must be shaped like self");
+  }
+  return g;
+}
+
 struct Window {
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
 };
@@ -363,14 +381,11 @@ TFL_Error* kernel_max_pool2d_with_indices_backward(const TFL_Kernel_Args* args) 
     const TensorArg grad = L.input_tensor(0, "grad_output"), self = L.input_tensor(1, "self");
     const TensorArg ind = L.input_tensor(7, "indices");
     const TensorArg gi = L.output(0, "grad_input");
-    require_floating(grad, "grad_output");
-    require_same_dtype(gi, grad, "grad_input", "grad_output");
+    const GradPlanes g = grad_planes(grad, gi, &self);
+    const Planes pg = g.grad, po = g.input;
     if (ind.dtype != TFL_DTYPE_INT64) invalid_argument("indices must be int64, got ", dtype_name(ind.dtype));
-    const Planes pg = planes(grad, "grad_output"), px = planes(ind, "indices"), po = planes(gi, "grad_input");
-    const Planes ps = planes(self, "self");
+    const Planes px = planes(ind, "indices");
     require_same_planes(pg, px, "grad_output", "indices");
-    require_same_planes(pg, po, "grad_output", "grad_input");
-    if (po.H != ps.H || po.W != ps.W) invalid_argument("grad_input must be shaped like self");
     if (pg.H != px.H || pg.W != px.W) invalid_argument("indices must be shaped like grad_output");
     if (po.count == 0 || po.H * po.W == 0) return;
     dispatch_floating(grad.dtype, [&](auto tag) {
@@ -406,16 +421,13 @@ TFL_Error* kernel_avg_pool2d_backward(const TFL_Kernel_Args* args) {
   return run_kernel(args, kAvgPool2dBackward, [&](Launch& L) {
     const TensorArg grad = L.input_tensor(0, "grad_output"), self = L.input_tensor(1, "self");
     const TensorArg gi = L.output(0, "grad_input");
-    require_floating(grad, "grad_output");
-    require_same_dtype(gi, grad, "grad_input", "grad_output");
+    const GradPlanes g = grad_planes(grad, gi, &self);
+    const Planes pg = g.grad, po = g.input;
     const Window w = read_window(L, 2, 3, 4, -1);
     AvgOpts o;
     o.count_include_pad = L.boolean_or(6, true, "count_include_pad");
     o.divisor = L.has_input(7) ? int_arg(L, 7, "divisor_override") : 0;
     if (L.has_input(7) && o.divisor == 0) invalid_argument("divisor_override must be non-zero");
-    const Planes pg = planes(grad, "grad_output"), po = planes(gi, "grad_input"), ps = planes(self, "self");
-    require_same_planes(pg, po, "grad_output", "grad_input");
-    if (po.H != ps.H || po.W != ps.W) invalid_argument("grad_input must be shaped like self");
     if (po.count == 0 || po.H * po.W == 0) return;
     dispatch_floating(grad.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -448,11 +460,8 @@ TFL_Error* kernel_adaptive_avg_pool2d_backward(const TFL_Kernel_Args* args) {
   return run_kernel(args, kAdaptiveAvgPool2dBackward, [&](Launch& L) {
     const TensorArg grad = L.input_tensor(0, "grad_output"), self = L.input_tensor(1, "self");
     const TensorArg gi = L.output(0, "grad_input");
-    require_floating(grad, "grad_output");
-    require_same_dtype(gi, grad, "grad_input", "grad_output");
-    const Planes pg = planes(grad, "grad_output"), po = planes(gi, "grad_input"), ps = planes(self, "self");
-    require_same_planes(pg, po, "grad_output", "grad_input");
-    if (po.H != ps.H || po.W != ps.W) invalid_argument("grad_input must be shaped like self");
+    const GradPlanes g = grad_planes(grad, gi, &self);
+    const Planes pg = g.grad, po = g.input;
     if (po.count == 0 || po.H * po.W == 0) return;
     dispatch_floating(grad.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -482,10 +491,8 @@ TFL_Error* kernel_upsample_nearest2d_backward(const TFL_Kernel_Args* args) {
   // upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h=None, scales_w=None) -> grad_input
   return run_kernel(args, kUpsampleNearest2dBackward, [&](Launch& L) {
     const TensorArg grad = L.input_tensor(0, "grad_output"), gi = L.output(0, "grad_input");
-    require_floating(grad, "grad_output");
-    require_same_dtype(gi, grad, "grad_input", "grad_output");
-    const Planes pg = planes(grad, "grad_output", false), po = planes(gi, "grad_input", false);
-    require_same_planes(pg, po, "grad_output", "grad_input");
+    const GradPlanes g = grad_planes(grad, gi, nullptr, false);
+    const Planes pg = g.grad, po = g.input;
     const double sh = optional_double(L, 3, "scales_h"), sw = optional_double(L, 4, "scales_w");
     if (po.count == 0 || po.H * po.W == 0) return;
     dispatch_floating(grad.dtype, [&](auto tag) {
