@@ -147,6 +147,20 @@ inline void store_block(const C* src, int64_t n, T* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = convert<T>(src[i]);
 }
 
+// A block of the gradient as the update reads it: unscaled by grad_scale (and
+// written back unscaled, as PyTorch's fused optimizers leave it), negated to
+// maximize.
+template <class T, class C>
+inline void load_grad_block(T* grad, int64_t n, bool scaled, C scale, bool maximize, C* g) {
+  load_block(grad, n, g);
+  if (scaled) {
+    for (int64_t i = 0; i < n; ++i) g[i] = g[i] / scale;
+    store_block(g, n, grad);
+  }
+  if (maximize)
+    for (int64_t i = 0; i < n; ++i) g[i] = -g[i];
+}
+
 template <class T>
 void run_adam(const AdamJob& j) {
   using C = acc_t<T>;
@@ -171,13 +185,7 @@ void run_adam(const AdamJob& j) {
     alignas(64) C g[kBlock], p[kBlock], mv[kBlock], vv[kBlock], d[kBlock];
     for (int64_t i0 = b; i0 < e; i0 += kBlock) {
       const int64_t n = std::min(kBlock, e - i0);
-      load_block(grad + i0, n, g);
-      if (scaled) {
-        for (int64_t i = 0; i < n; ++i) g[i] = g[i] / scale;
-        store_block(g, n, grad + i0);
-      }
-      if (j.maximize)
-        for (int64_t i = 0; i < n; ++i) g[i] = -g[i];
+      load_grad_block(grad + i0, n, scaled, scale, j.maximize, g);
       load_block(param + i0, n, p);
       if (l2)
         for (int64_t i = 0; i < n; ++i) g[i] = g[i] + wd * p[i];
@@ -277,13 +285,7 @@ void run_sgd(const SgdJob& j) {
     alignas(64) C g[kBlock], p[kBlock], bv[kBlock];
     for (int64_t i0 = b; i0 < e; i0 += kBlock) {
       const int64_t n = std::min(kBlock, e - i0);
-      load_block(grad + i0, n, g);
-      if (scaled) {
-        for (int64_t i = 0; i < n; ++i) g[i] = g[i] / scale;
-        store_block(g, n, grad + i0);
-      }
-      if (j.maximize)
-        for (int64_t i = 0; i < n; ++i) g[i] = -g[i];
+      load_grad_block(grad + i0, n, scaled, scale, j.maximize, g);
       load_block(param + i0, n, p);
       if (j.weight_decay != 0.0)
         for (int64_t i = 0; i < n; ++i) g[i] = g[i] + wd * p[i];
