@@ -497,18 +497,23 @@ def backend_names(rec: Recorder, rank: int, world: int, dev: torch.device, store
         dist.destroy_process_group()
 
 
+def record_failing_all_reduce(rec: Recorder, t: torch.Tensor) -> None:
+    """Runs an all_reduce expected to fail; records the error and how long it took."""
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+    except Exception as exc:  # noqa: BLE001 - the error is what the test checks
+        rec.info["error_type"] = type(exc).__name__
+        rec.info["error"] = str(exc)
+    rec.info["seconds"] = time.monotonic() - start
+
+
 def timeout(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.Store) -> None:
     """Rank 0 enters an all_reduce that rank 1 never joins."""
     dist.barrier()  # both ranks create the communicator
     if rank == 0:
         t = torch.ones(1024, device=dev)
-        start = time.monotonic()
-        try:
-            dist.all_reduce(t)
-        except Exception as exc:  # noqa: BLE001
-            rec.info["error_type"] = type(exc).__name__
-            rec.info["error"] = str(exc)
-        rec.info["seconds"] = time.monotonic() - start
+        record_failing_all_reduce(rec, t)
         store.set("rank0_done", "1")
     else:
         store.wait(["rank0_done"], timedelta(seconds=60))
@@ -521,14 +526,7 @@ def dead_rank(rec: Recorder, rank: int, world: int, dev: torch.device, store: di
     if rank == victim:
         time.sleep(0.5)  # the others are past the barrier and into the all_reduce
         os.kill(os.getpid(), signal.SIGKILL)
-    t = torch.ones(1 << 18, device=dev)
-    start = time.monotonic()
-    try:
-        dist.all_reduce(t)
-    except Exception as exc:  # noqa: BLE001
-        rec.info["error_type"] = type(exc).__name__
-        rec.info["error"] = str(exc)
-    rec.info["seconds"] = time.monotonic() - start
+    record_failing_all_reduce(rec, torch.ones(1 << 18, device=dev))
 
 
 def abort(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.Store) -> None:
@@ -540,13 +538,7 @@ def abort(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.S
         dist.distributed_c10d._abort_process_group()
         rec.info["abort_seconds"] = time.monotonic() - start
         return
-    start = time.monotonic()
-    try:
-        dist.all_reduce(torch.ones(64, device=dev))
-    except Exception as exc:  # noqa: BLE001
-        rec.info["error_type"] = type(exc).__name__
-        rec.info["error"] = str(exc)
-    rec.info["seconds"] = time.monotonic() - start
+    record_failing_all_reduce(rec, torch.ones(64, device=dev))
 
 
 def mismatch(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.Store,
@@ -554,14 +546,7 @@ def mismatch(rec: Recorder, rank: int, world: int, dev: torch.device, store: dis
     """Rank 0 passes elements[0] floats to an all_reduce, the others
     elements[1]: every rank must fail naming the operation and a rank."""
     dist.barrier()
-    t = torch.ones(elements[0] if rank == 0 else elements[1], device=dev)
-    start = time.monotonic()
-    try:
-        dist.all_reduce(t)
-    except Exception as exc:  # noqa: BLE001
-        rec.info["error_type"] = type(exc).__name__
-        rec.info["error"] = str(exc)
-    rec.info["seconds"] = time.monotonic() - start
+    record_failing_all_reduce(rec, torch.ones(elements[0] if rank == 0 else elements[1], device=dev))
 
 
 def ddp(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.Store) -> None:
