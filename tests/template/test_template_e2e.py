@@ -1,9 +1,10 @@
 """End to end: the plugin guide's path from `cookiecutter` to certification, run as
-written (its `e2e` blocks, in order) in a scratch directory, installing the
-generated plugin into this environment — then what must hold of the result.
+written (its `e2e` blocks, in order) in a scratch directory — then what must hold
+of the result.
 
-The plugin is uninstalled afterwards so that it cannot shadow flemu in the rest
-of the suite; a copy left installed by an interrupted run is removed first.
+The guide's `pip install` puts the plugin into a throwaway environment layered on
+this one (template_project.layered_venv), never into the project's environment,
+where it would shadow flemu for the rest of the suite and for anyone else using it.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
-import sysconfig
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,12 +20,11 @@ from pathlib import Path
 import pytest
 import yaml
 from guide_snippets import ROOT, Snippet, guide_snippets
-from template_project import BIN, DEFAULT_DEVICE, DEFAULT_PACKAGE
+from template_project import BIN, DEFAULT_DEVICE, DEFAULT_PACKAGE, LayeredVenv, layered_venv
 
 pytestmark = pytest.mark.slow
 
 E2E = [s for s in guide_snippets() if s.check == "e2e"]
-LIBRARY = Path(sysconfig.get_paths()["platlib"]) / DEFAULT_PACKAGE / f"lib{DEFAULT_DEVICE}.so"
 
 
 @dataclass
@@ -47,6 +45,7 @@ class Step:
 @dataclass
 class Walkthrough:
     scratch: Path
+    venv: LayeredVenv
     env: dict[str, str]
     steps: list[Step] = field(default_factory=list)
     first_tensor_seconds: float | None = None
@@ -55,31 +54,14 @@ class Walkthrough:
     def project(self) -> Path:
         return self.scratch / DEFAULT_PACKAGE
 
-
-def pip(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pip", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def is_installed() -> bool:
-    return pip("show", "--quiet", DEFAULT_PACKAGE).returncode == 0
-
-
-def uninstall() -> None:
-    proc = pip("uninstall", "--yes", DEFAULT_PACKAGE)
-    assert proc.returncode == 0 and not is_installed(), (
-        f"could not uninstall {DEFAULT_PACKAGE}; it would shadow flemu in later tests:\n"
-        f"{proc.stderr}"
-    )
+    @property
+    def library(self) -> Path:
+        """Where the guide's `pip install` puts the plugin library."""
+        return self.venv.site_packages / DEFAULT_PACKAGE / f"lib{DEFAULT_DEVICE}.so"
 
 
 def run_block(
-    snippet: Snippet, index: int, cwd: Path, env: dict[str, str]
+    snippet: Snippet, index: int, cwd: Path, venv: LayeredVenv, env: dict[str, str]
 ) -> subprocess.CompletedProcess:
     if snippet.language == "sh":
         cmd = ["bash", "-euo", "pipefail", "-c", snippet.code]
@@ -87,7 +69,7 @@ def run_block(
         assert snippet.language == "python", f"{snippet.where()}: e2e blocks are sh or python"
         script = cwd / f"guide_block_{index}.py"
         script.write_text(snippet.code, encoding="utf-8")
-        cmd = [sys.executable, str(script)]
+        cmd = [str(venv.python), str(script)]
     return subprocess.run(
         cmd, cwd=cwd, env=env, check=False, capture_output=True, text=True, timeout=1200
     )
@@ -95,34 +77,29 @@ def run_block(
 
 @pytest.fixture(scope="module")
 def walkthrough(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Walkthrough]:
-    if is_installed():
-        uninstall()
     scratch = tmp_path_factory.mktemp("vendor")
     (scratch / "templates").symlink_to(ROOT / "templates", target_is_directory=True)
+    venv = layered_venv(tmp_path_factory.mktemp("venv") / "venv")
     # The guide's path runs with autoload on, as a vendor's shell would.
     switches = ("TORCH_DEVICE_BACKEND_AUTOLOAD", "TORCH_FL_AUTOLOAD")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k not in switches}
     env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])
-    # flemu is installed here too: select the new plugin the way the guide says.
-    env["TORCH_FL_PLUGINS"] = f"{DEFAULT_DEVICE}={LIBRARY}@1000"
-    result = Walkthrough(scratch, env)
-    try:
-        start = time.perf_counter()
-        for index, snippet in enumerate(E2E):
-            began = time.perf_counter()
-            proc = run_block(snippet, index, scratch, env)
-            result.steps.append(
-                Step(
-                    snippet, proc.returncode, proc.stdout, proc.stderr, time.perf_counter() - began
-                )
-            )
-            if proc.returncode != 0:
-                break  # later blocks build on this one
-            if snippet.argument == "first-tensor":
-                result.first_tensor_seconds = time.perf_counter() - start
-        yield result
-    finally:
-        uninstall()
+    env = venv.env(env)
+    result = Walkthrough(scratch, venv, env)
+    # flemu is installed too (in the layer below): select the new plugin the way the guide says.
+    env["TORCH_FL_PLUGINS"] = f"{DEFAULT_DEVICE}={result.library}@1000"
+    start = time.perf_counter()
+    for index, snippet in enumerate(E2E):
+        began = time.perf_counter()
+        proc = run_block(snippet, index, scratch, venv, env)
+        result.steps.append(
+            Step(snippet, proc.returncode, proc.stdout, proc.stderr, time.perf_counter() - began)
+        )
+        if proc.returncode != 0:
+            break  # later blocks build on this one
+        if snippet.argument == "first-tensor":
+            result.first_tensor_seconds = time.perf_counter() - start
+    yield result
 
 
 @pytest.mark.parametrize("index", range(len(E2E)), ids=[f"line{s.line}" for s in E2E])
@@ -154,8 +131,9 @@ def installed_library(walkthrough: Walkthrough) -> Path:
     assert len(walkthrough.steps) >= 3 and all(s.returncode == 0 for s in walkthrough.steps[:2]), (
         "the plugin was not built and installed"
     )
-    assert LIBRARY.is_file(), f"the installed plugin library is not at {LIBRARY}"
-    return LIBRARY
+    library = walkthrough.library
+    assert library.is_file(), f"the installed plugin library is not at {library}"
+    return library
 
 
 def test_library_links_neither_libtorch_nor_libpython(walkthrough: Walkthrough) -> None:
@@ -186,10 +164,10 @@ def test_library_exports_only_the_entry_point_and_symbol_kernels(walkthrough: Wa
     assert not extra, f"{library.name} exports more than the ABI needs: {extra}"
 
 
-def autoloaded(env: dict[str, str]) -> tuple[str, str]:
+def autoloaded(walkthrough: Walkthrough, env: dict[str, str]) -> tuple[str, str]:
     proc = subprocess.run(
         [
-            sys.executable,
+            str(walkthrough.venv.python),
             "-c",
             (
                 "import torch, torch_fl; h = torch_fl.get_plugin(); "
@@ -209,14 +187,14 @@ def autoloaded(env: dict[str, str]) -> tuple[str, str]:
 
 def test_autoload_chooses_by_priority(walkthrough: Walkthrough) -> None:
     installed_library(walkthrough)
-    chosen, passed_over = autoloaded(walkthrough.env)
+    chosen, passed_over = autoloaded(walkthrough, walkthrough.env)
     assert chosen == DEFAULT_DEVICE, (
         f"TORCH_FL_PLUGINS gave {DEFAULT_DEVICE} priority 1000 but {chosen} loaded"
     )
     assert "flemu" in passed_over, f"flemu should be reported as not loaded, got {passed_over!r}"
     # Without a selection both entry points have priority 0: one loads, the other is reported.
     plain = {k: v for k, v in walkthrough.env.items() if k != "TORCH_FL_PLUGINS"}
-    chosen, passed_over = autoloaded(plain)
+    chosen, passed_over = autoloaded(walkthrough, plain)
     other = {"flemu": DEFAULT_DEVICE, DEFAULT_DEVICE: "flemu"}.get(chosen)
     assert other is not None and other in passed_over, (
         f"loaded {chosen!r}, not loaded {passed_over!r}"
@@ -233,7 +211,7 @@ def test_plugin_spec_names_the_installed_library(walkthrough: Walkthrough) -> No
         f"name='{DEFAULT_DEVICE}')))"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code],
+        [str(walkthrough.venv.python), "-c", code],
         env=walkthrough.env,
         check=False,
         capture_output=True,
@@ -266,4 +244,20 @@ def test_ci_workflow_link_check_passes(walkthrough: Walkthrough) -> None:
     )
     assert proc.returncode == 0, (
         f"the CI step '{links['name']}' failed:\n{proc.stdout}\n{proc.stderr}"
+    )
+
+
+def test_the_project_environment_is_untouched(walkthrough: Walkthrough) -> None:
+    installed_library(walkthrough)
+    proc = subprocess.run(
+        [str(BIN / "python"), "-m", "pip", "show", "--quiet", DEFAULT_PACKAGE],
+        env={k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"},
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0, (
+        f"{DEFAULT_PACKAGE} was installed into the project's environment ({BIN.parent}); "
+        f"it belongs in the throwaway one ({walkthrough.venv.root}):\n{proc.stdout}"
     )
