@@ -53,7 +53,7 @@ def test_every_answer_reaches_every_file(tmp_path: Path) -> None:
         if re.search("nova", text, re.IGNORECASE) or "Example Silicon" in text:
             leftovers.append(f"{rel}: still names the default chip or vendor")
     assert not leftovers, "\n".join(leftovers)
-    source = (project / "src" / "plugin.cpp").read_text(encoding="utf-8")
+    source = (project / "src" / "abi.cpp").read_text(encoding="utf-8")
     assert '"Acme Devices"' in source and '"rocket"' in source and '"2.1.0"' in source
     assert "RKT_DEVICE_COUNT" in (project / "src" / "config.cpp").read_text(encoding="utf-8")
 
@@ -108,6 +108,38 @@ def test_sources_compile_cleanly_with_the_installed_headers(project: Path) -> No
         ]
         proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, f"{source.name} does not compile cleanly:\n{proc.stderr}"
+
+
+def test_error_plumbing_comes_from_the_sdk_helpers(project: Path) -> None:
+    # One home for TFL_Error, guarded() and the struct-size check: the SDK's
+    # torch_fl/plugin_helpers.h. A copy in the generated sources would drift.
+    sources = {
+        p.name: p.read_text(encoding="utf-8")
+        for p in sorted((project / "src").iterdir())
+        if p.suffix in (".h", ".cpp")
+    }
+    plumbing = (r"struct\s+TFL_Error\s*\{", r"\bTFL_Error\*\s+guarded\(", r"catch\s*\(")
+    own_copies = {
+        name: found
+        for name, text in sources.items()
+        if (found := [pattern for pattern in plumbing if re.search(pattern, text)])
+    }
+    assert not own_copies, f"the generated sources re-implement the SDK's helpers: {own_copies}"
+    throwing = sorted(
+        name
+        for name, text in sources.items()
+        if name.endswith(".cpp")
+        and re.search(r"\btfl::(fail|invalid_argument|unimplemented)\(", text)
+    )
+    without = [n for n in throwing if '#include "torch_fl/plugin_helpers.h"' not in sources[n]]
+    assert throwing and not without, (
+        f"sources that throw through tfl:: {throwing}; without the helper header: {without}"
+    )
+    abi = sources["abi.cpp"]
+    for name in ("tfl::Error_Destroy", "tfl::Error_Message", "tfl::Error_GetCode"):
+        assert name in abi, f"abi.cpp's core table should use the SDK's {name}"
+    stale = [name for name in ("errors.h", "errors.cpp", "plugin.cpp") if name in sources]
+    assert not stale, f"generated sources the SDK helpers and abi.cpp replaced: {stale}"
 
 
 def test_python_files_are_valid(project: Path) -> None:

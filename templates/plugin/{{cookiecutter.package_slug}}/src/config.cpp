@@ -6,9 +6,11 @@
 #include <cstring>
 #include <string>
 
-#include "errors.h"
+#include "torch_fl/plugin_helpers.h"
 
 namespace {{ cookiecutter.package_slug }} {
+
+namespace tfl = ::torch_fl::helpers;
 
 namespace {
 
@@ -19,7 +21,7 @@ uint64_t parse_unsigned(const char* key, const std::string& text, bool allow_suf
   size_t pos = 0;
   while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos]))) ++pos;
   if (pos == 0 || pos > 18)
-    invalid_argument(key, "='", text, "' is not a non-negative integer of at most 18 digits",
+    tfl::invalid_argument(key, "='", text, "' is not a non-negative integer of at most 18 digits",
                      allow_suffix ? " (an optional K, M or G suffix is allowed)" : "");
   uint64_t value = std::stoull(text.substr(0, pos));
   const std::string suffix = text.substr(pos);
@@ -32,11 +34,11 @@ uint64_t parse_unsigned(const char* key, const std::string& text, bool allow_suf
       case 'G': shift = 30; break;
     }
     if (shift > 0) {
-      if (value > (UINT64_MAX >> shift)) invalid_argument(key, "='", text, "' is too large");
+      if (value > (UINT64_MAX >> shift)) tfl::invalid_argument(key, "='", text, "' is too large");
       return value << shift;
     }
   }
-  invalid_argument(key, "='", text, "' has an unknown suffix '", suffix, "'",
+  tfl::invalid_argument(key, "='", text, "' has an unknown suffix '", suffix, "'",
                    allow_suffix ? " (use K, M or G)" : "");
 }
 
@@ -44,11 +46,11 @@ void apply(Config& cfg, const char* key, const char* value) {
   const std::string text = value == nullptr ? "" : value;
   if (std::strcmp(key, kDeviceCount) == 0) {
     const uint64_t n = parse_unsigned(key, text, false);
-    if (n > 64) invalid_argument(key, "=", n, " is out of range (0 to 64 devices)");
+    if (n > 64) tfl::invalid_argument(key, "=", n, " is out of range (0 to 64 devices)");
     cfg.device_count = static_cast<int32_t>(n);
   } else if (std::strcmp(key, kMemoryBytes) == 0) {
     const uint64_t bytes = parse_unsigned(key, text, true);
-    if (bytes == 0) invalid_argument(key, "=0: a device needs some memory");
+    if (bytes == 0) tfl::invalid_argument(key, "=0: a device needs some memory");
     cfg.memory_bytes = bytes;
   }
   // Unknown option keys are ignored, as the ABI asks.

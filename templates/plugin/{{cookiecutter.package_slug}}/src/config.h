@@ -16,7 +16,7 @@ struct Config {
   }
 };
 
-// Reads the environment, then the options (same keys win). Throws a Failure
+// Reads the environment, then the options (same keys win). Throws a tfl::Error
 // naming the variable when a value is malformed.
 Config load_config(const char* const* keys, const char* const* values, size_t count);
 

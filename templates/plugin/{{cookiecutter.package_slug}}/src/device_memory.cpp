@@ -2,9 +2,11 @@
 
 #include <cstdlib>
 
-#include "errors.h"
+#include "torch_fl/plugin_helpers.h"
 
 namespace {{ cookiecutter.package_slug }} {
+
+namespace tfl = ::torch_fl::helpers;
 
 namespace {
 
@@ -29,16 +31,16 @@ DeviceMemory::~DeviceMemory() {
 }
 
 void* DeviceMemory::allocate(size_t size) {
-  if (size == 0) invalid_argument("size is 0 (the host never asks for an empty allocation)");
+  if (size == 0) tfl::invalid_argument("size is 0 (the host never asks for an empty allocation)");
   const size_t rounded = round_up(size, kAlignment);
   std::lock_guard<std::mutex> lock(mu_);
   if (rounded > capacity_ - used_)
-    fail(TFL_ERR_OUT_OF_MEMORY, "device ", device_, " is out of memory: requested ", size, " bytes, ",
+    tfl::fail(TFL_ERR_OUT_OF_MEMORY, "device ", device_, " is out of memory: requested ", size, " bytes, ",
          capacity_ - used_, " of ", capacity_, " bytes free");
   // VENDOR: your driver's device allocation goes here.
   void* ptr = std::aligned_alloc(kAlignment, rounded);
   if (ptr == nullptr)
-    fail(TFL_ERR_OUT_OF_MEMORY, "device ", device_, ": the host could not back ", rounded, " bytes");
+    tfl::fail(TFL_ERR_OUT_OF_MEMORY, "device ", device_, ": the host could not back ", rounded, " bytes");
   blocks_.emplace(reinterpret_cast<uintptr_t>(ptr), rounded);
   used_ += rounded;
   return ptr;
@@ -48,7 +50,7 @@ void DeviceMemory::free(void* ptr) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = blocks_.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == blocks_.end())
-    invalid_argument(ptr, " was not returned by Memory_Allocate on device ", device_, " (or was freed already)");
+    tfl::invalid_argument(ptr, " was not returned by Memory_Allocate on device ", device_, " (or was freed already)");
   used_ -= it->second;
   blocks_.erase(it);
   // VENDOR: your driver's device free goes here.
@@ -63,10 +65,10 @@ bool DeviceMemory::owns(const void* ptr) const {
 void DeviceMemory::check_range(const void* ptr, size_t size, const char* what) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = containing(blocks_, ptr);
-  if (it == blocks_.end()) invalid_argument(what, " ", ptr, " is not device memory of device ", device_);
+  if (it == blocks_.end()) tfl::invalid_argument(what, " ", ptr, " is not device memory of device ", device_);
   const uintptr_t end = reinterpret_cast<uintptr_t>(ptr) + size;
   if (end > it->first + it->second)
-    invalid_argument(what, " ", ptr, " + ", size, " bytes runs past the end of its allocation of ", it->second,
+    tfl::invalid_argument(what, " ", ptr, " + ", size, " bytes runs past the end of its allocation of ", it->second,
                      " bytes on device ", device_);
 }
 
@@ -80,9 +82,9 @@ PinnedHostMemory::~PinnedHostMemory() {
 }
 
 void* PinnedHostMemory::allocate(size_t size) {
-  if (size == 0) invalid_argument("size is 0");
+  if (size == 0) tfl::invalid_argument("size is 0");
   void* ptr = std::aligned_alloc(DeviceMemory::kAlignment, round_up(size, DeviceMemory::kAlignment));
-  if (ptr == nullptr) fail(TFL_ERR_OUT_OF_MEMORY, "cannot allocate ", size, " bytes of pinned host memory");
+  if (ptr == nullptr) tfl::fail(TFL_ERR_OUT_OF_MEMORY, "cannot allocate ", size, " bytes of pinned host memory");
   std::lock_guard<std::mutex> lock(mu_);
   blocks_.emplace(reinterpret_cast<uintptr_t>(ptr), size);
   return ptr;
@@ -92,7 +94,7 @@ void PinnedHostMemory::free(void* ptr) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = blocks_.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == blocks_.end())
-    invalid_argument(ptr, " was not returned by HostMemory_Allocate (or was freed already)");
+    tfl::invalid_argument(ptr, " was not returned by HostMemory_Allocate (or was freed already)");
   blocks_.erase(it);
   std::free(ptr);
 }

@@ -25,9 +25,9 @@ class DeviceMemory {
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;
 
-  // Throws Failure(TFL_ERR_OUT_OF_MEMORY) when `size` more bytes do not fit.
+  // Throws tfl::Error (TFL_ERR_OUT_OF_MEMORY) when `size` more bytes do not fit.
   void* allocate(size_t size);
-  // Throws Failure(TFL_ERR_INVALID_ARGUMENT) for a pointer allocate() did not return.
+  // Throws tfl::Error (TFL_ERR_INVALID_ARGUMENT) for a pointer allocate() did not return.
   void free(void* ptr);
   // Whether `ptr` lies inside a live block of this device.
   bool owns(const void* ptr) const;

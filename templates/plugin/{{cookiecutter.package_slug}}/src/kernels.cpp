@@ -22,10 +22,13 @@
 
 #include <cstdint>
 
-#include "errors.h"
 #include "runtime.h"
+#include "torch_fl/plugin_helpers.h"
 
 namespace {{ cookiecutter.package_slug }} {
+
+namespace tfl = ::torch_fl::helpers;
+
 namespace {
 
 // Dense float32 operands of a binary elementwise operator, as the flags
@@ -42,25 +45,25 @@ struct BinaryOperands {
   int64_t b_step;
 };
 
-// Messages need not name the operator: guarded() puts it in front.
+// Messages need not name the operator: tfl::guarded() puts it in front.
 const TFL_Tensor* tensor_arg(const TFL_Kernel_Args* args, size_t i) {
   if (i >= args->num_inputs || args->inputs[i].tag != TFL_VALUE_TENSOR)
-    invalid_argument("expects a tensor as argument ", i);
+    tfl::invalid_argument("expects a tensor as argument ", i);
   return args->inputs[i].v.tensor;
 }
 
 BinaryOperands binary_float32(const TFL_Kernel_Args* args) {
-  if (args->num_outputs != 1) invalid_argument("expects 1 output, got ", args->num_outputs);
+  if (args->num_outputs != 1) tfl::invalid_argument("expects 1 output, got ", args->num_outputs);
   const TFL_Tensor* a = tensor_arg(args, 0);
   const TFL_Tensor* b = tensor_arg(args, 1);
   const TFL_Tensor* out = args->outputs[0];
-  if (out == nullptr) invalid_argument("expects its output to be requested");
+  if (out == nullptr) tfl::invalid_argument("expects its output to be requested");
   for (const TFL_Tensor* t : {a, b, out}) {
     // Declining (not failing) lets the bridge serve this call another way.
-    if (t->dtype != TFL_DTYPE_FLOAT32) fail(TFL_ERR_UNIMPLEMENTED, "runs float32 only, got dtype ", t->dtype);
-    if (t->memory_kind != TFL_MEMORY_DEVICE) invalid_argument("got a tensor that is not in device memory");
+    if (t->dtype != TFL_DTYPE_FLOAT32) tfl::unimplemented("runs float32 only, got dtype ", t->dtype);
+    if (t->memory_kind != TFL_MEMORY_DEVICE) tfl::invalid_argument("got a tensor that is not in device memory");
     if (t->numel != out->numel && t->numel != 1)
-      invalid_argument("expects operands broadcast to the output's ", out->numel, " elements, got ", t->numel);
+      tfl::invalid_argument("expects operands broadcast to the output's ", out->numel, " elements, got ", t->numel);
   }
   return {static_cast<const float*>(a->data),
           static_cast<const float*>(b->data),
@@ -78,14 +81,14 @@ float scalar_arg(const TFL_Kernel_Args* args, size_t i) {
     case TFL_VALUE_INT:
     case TFL_VALUE_BOOL: return static_cast<float>(v.v.i);
     case TFL_VALUE_DOUBLE: return static_cast<float>(v.v.d);
-    default: fail(TFL_ERR_UNIMPLEMENTED, "takes a real scalar as argument ", i, ", got value tag ", v.tag);
+    default: tfl::unimplemented("takes a real scalar as argument ", i, ", got value tag ", v.tag);
   }
 }
 
 // aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
 // Registered through the table, so it also serves add_.Tensor and add.out.
 TFL_Error* add_tensor(const TFL_Kernel_Args* args) {
-  return guarded("aten::add.Tensor", [&] {
+  return tfl::guarded("aten::add.Tensor", [&] {
     const BinaryOperands x = binary_float32(args);
     const float alpha = scalar_arg(args, 2);
     if (x.numel == 0) return;
@@ -127,7 +130,7 @@ void list_kernels(const TFL_KernelDesc* const** kernels, size_t* count) {
 // convention: the exported name alone registers it (see exports.map).
 TFL_DEFINE_OP(mul, Tensor) {
   using namespace {{ cookiecutter.package_slug }};
-  return guarded("aten::mul.Tensor", [&] {
+  return tfl::guarded("aten::mul.Tensor", [&] {
     const BinaryOperands x = binary_float32(args);
     if (x.numel == 0) return;
     // VENDOR: launch your multiply kernel here.

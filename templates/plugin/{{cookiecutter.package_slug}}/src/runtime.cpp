@@ -4,9 +4,11 @@
 
 #include <atomic>
 
-#include "errors.h"
+#include "torch_fl/plugin_helpers.h"
 
 namespace {{ cookiecutter.package_slug }} {
+
+namespace tfl = ::torch_fl::helpers;
 
 namespace {
 
@@ -28,9 +30,9 @@ Runtime& runtime() {
   Runtime* rt = runtime_or_null();
   if (rt == nullptr) {
     if (g_forked.load())
-      fail(TFL_ERR_UNAVAILABLE,
+      tfl::fail(TFL_ERR_UNAVAILABLE,
            "this process was forked from one that had initialized the plugin; its devices stay with the parent");
-    invalid_argument("the plugin is not initialized (call Plugin_Initialize first)");
+    tfl::invalid_argument("the plugin is not initialized (call Plugin_Initialize first)");
   }
   return *rt;
 }
@@ -60,7 +62,7 @@ Runtime::~Runtime() {
 
 Device& Runtime::device(int32_t index) {
   if (index < 0 || index >= device_count())
-    invalid_argument("device index ", index, " is out of range (the plugin has ", device_count(), " devices)");
+    tfl::invalid_argument("device index ", index, " is out of range (the plugin has ", device_count(), " devices)");
   return *devices_[static_cast<size_t>(index)];
 }
 
@@ -83,7 +85,7 @@ std::shared_ptr<Stream> Runtime::stream(TFL_Stream* handle) {
   std::lock_guard<std::mutex> lock(handles_mu_);
   auto it = streams_.find(handle);
   if (it == streams_.end())
-    invalid_argument("stream ", static_cast<const void*>(handle), " is not a live stream of this plugin");
+    tfl::invalid_argument("stream ", static_cast<const void*>(handle), " is not a live stream of this plugin");
   return it->second;
 }
 
@@ -91,7 +93,7 @@ std::shared_ptr<Stream> Runtime::remove_stream(TFL_Stream* handle) {
   std::lock_guard<std::mutex> lock(handles_mu_);
   auto it = streams_.find(handle);
   if (it == streams_.end())
-    invalid_argument("stream ", static_cast<const void*>(handle), " is not a live stream of this plugin");
+    tfl::invalid_argument("stream ", static_cast<const void*>(handle), " is not a live stream of this plugin");
   std::shared_ptr<Stream> stream = std::move(it->second);
   streams_.erase(it);
   return stream;
@@ -110,7 +112,7 @@ Event& Runtime::event(TFL_Event* handle, const char* what) {
   std::lock_guard<std::mutex> lock(handles_mu_);
   auto it = events_.find(handle);
   if (it == events_.end())
-    invalid_argument(what, " ", static_cast<const void*>(handle), " is not a live event of this plugin");
+    tfl::invalid_argument(what, " ", static_cast<const void*>(handle), " is not a live event of this plugin");
   return *it->second;
 }
 
@@ -118,7 +120,7 @@ void Runtime::destroy_event(TFL_Event* handle) {
   std::lock_guard<std::mutex> lock(handles_mu_);
   // Waits already enqueued hold their own copy of the event's mark.
   if (events_.erase(handle) == 0)
-    invalid_argument("event ", static_cast<const void*>(handle), " is not a live event of this plugin");
+    tfl::invalid_argument("event ", static_cast<const void*>(handle), " is not a live event of this plugin");
 }
 
 TFL_Error* Runtime::synchronize(int32_t index) {
@@ -135,7 +137,7 @@ TFL_Error* Runtime::synchronize(int32_t index) {
     // The device-wide call reports (and so consumes) every stream's error.
     TFL_Error* error = stream->take_error();
     if (first == nullptr) first = error;
-    else destroy_error(error);
+    else tfl::destroy_error(error);
   }
   return first;
 }

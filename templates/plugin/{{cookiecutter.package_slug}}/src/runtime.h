@@ -63,7 +63,7 @@ class Runtime {
   std::map<TFL_Event*, std::unique_ptr<Event>> events_;
 };
 
-// The initialized runtime; throws Failure when there is none.
+// The initialized runtime; throws tfl::Error when there is none.
 Runtime& runtime();
 Runtime* runtime_or_null();
 // Installs (or, with NULL, removes) the runtime.

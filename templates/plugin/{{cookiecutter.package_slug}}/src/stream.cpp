@@ -1,22 +1,24 @@
 #include "stream.h"
 
 #include <chrono>
-#include <exception>
+#include <string>
 
-#include "errors.h"
+#include "torch_fl/plugin_helpers.h"
 
 namespace {{ cookiecutter.package_slug }} {
+
+namespace tfl = ::torch_fl::helpers;
 
 Stream::Stream(int32_t device) : device_(device), worker_([this] { worker_loop(); }) {}
 
 Stream::~Stream() {
   stop();
-  destroy_error(error_);
+  tfl::destroy_error(error_);
 }
 
 uint64_t Stream::submit(Task task) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_) invalid_argument("the stream of device ", device_, " was destroyed");
+  if (stopping_) tfl::invalid_argument("the stream of device ", device_, " was destroyed");
   queue_.push_back(std::move(task));
   work_cv_.notify_one();
   return ++submitted_;
@@ -55,6 +57,8 @@ void Stream::stop() {
 }
 
 void Stream::worker_loop() {
+  // Names the stream in the error of a failing task, whatever it threw.
+  const std::string context = tfl::cat("a task on a stream of device ", device_);
   for (;;) {
     Task task;
     {
@@ -64,21 +68,12 @@ void Stream::worker_loop() {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
-    TFL_Error* failure = nullptr;
-    try {
-      task();
-    } catch (const Failure& f) {
-      failure = error_from(f);
-    } catch (const std::exception& e) {
-      failure = make_error(TFL_ERR_INTERNAL, cat("a task on a stream of device ", device_, " failed: ", e.what()));
-    } catch (...) {
-      failure = make_error(TFL_ERR_INTERNAL, cat("a task on a stream of device ", device_, " failed"));
-    }
+    TFL_Error* failure = tfl::guarded(context.c_str(), task);
     {
       std::lock_guard<std::mutex> lock(mu_);
       // Only the first failure is kept until someone synchronizes.
       if (failure != nullptr && error_ == nullptr) error_ = failure;
-      else destroy_error(failure);
+      else tfl::destroy_error(failure);
       ++completed_;
     }
     done_cv_.notify_all();

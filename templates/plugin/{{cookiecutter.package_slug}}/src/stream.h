@@ -36,8 +36,9 @@ class Stream {
   int32_t device() const { return device_; }
 
   // Enqueues `task` and returns its ticket: 1, 2, 3... in submission order.
-  // A task reports failure by throwing a Failure; the stream keeps the first
-  // one as its pending error and goes on with the next task.
+  // A task reports failure by throwing (tfl::fail; anything else thrown is an
+  // internal error); the stream keeps the first failure as its pending error
+  // and goes on with the next task.
   uint64_t submit(Task task);
   // The ticket of the newest task, 0 when nothing was ever submitted.
   uint64_t tail() const;

@@ -1,6 +1,8 @@
 // The plugin ABI: every TFL_* function of {{ cookiecutter.chip_name }}'s plugin, grouped as in
-// torch_fl/plugin_api.h. Each one checks its arguments, calls the runtime and
-// turns any failure into a TFL_Error (guarded): nothing throws across the ABI.
+// torch_fl/plugin_api.h, and the tables TFL_GetPluginApi hands the host. Each
+// one checks its arguments (TFL_CHECK_ARGS), calls the runtime and turns any
+// failure into a TFL_Error (tfl::guarded): nothing throws across the ABI. The
+// error object and that plumbing come from the SDK's torch_fl/plugin_helpers.h.
 //
 // Reading order for a new engineer: core -> device -> memory -> streams and
 // events; the kernels live in kernels.cpp.
@@ -9,12 +11,15 @@
 #include <mutex>
 #include <thread>
 
-#include "errors.h"
 #include "kernels.h"
 #include "runtime.h"
 #include "torch_fl/plugin_api.h"
+#include "torch_fl/plugin_helpers.h"
 
 namespace {{ cookiecutter.package_slug }} {
+
+namespace tfl = ::torch_fl::helpers;
+
 namespace {
 
 constexpr const char* kPluginName = "{{ cookiecutter.device_name }}";
@@ -23,39 +28,15 @@ constexpr const char* kVersion = "{{ cookiecutter.version }}";
 constexpr const char* kDeviceType = "{{ cookiecutter.device_name }}";
 constexpr const char* kProductName = "{{ cookiecutter.chip_name }} (host-memory emulation)";
 
-// Refuses argument structs older or smaller than the 1.0 layout this plugin reads.
-template <typename Args>
-void check_args(const Args* args, size_t expected, const char* type) {
-  if (args == nullptr) invalid_argument(type, " is NULL");
-  if (args->struct_size < expected)
-    invalid_argument(type, ".struct_size is ", args->struct_size, ", expected at least ", expected);
-}
-#define CHECK_ARGS(args, Type) check_args(args, Type##_STRUCT_SIZE, #Type)
-
 std::mutex g_init_mu;
 
 // ===========================================================================
-// core: errors, identity, lifetime
+// core: identity, lifetime (the error functions are tfl::Error_*)
 // ===========================================================================
 
-void Error_Destroy(TFL_Error_Destroy_Args* args) {
-  if (args != nullptr) destroy_error(args->error);
-}
-
-void Error_Message(TFL_Error_Message_Args* args) {
-  if (args == nullptr) return;
-  args->message = args->error == nullptr ? "" : args->error->message.c_str();
-  args->message_size = args->error == nullptr ? 0 : args->error->message.size();
-}
-
-void Error_GetCode(TFL_Error_GetCode_Args* args) {
-  if (args == nullptr) return;
-  args->code = args->error == nullptr ? TFL_OK : args->error->code;
-}
-
 TFL_Error* Plugin_GetInfo(TFL_Plugin_GetInfo_Args* args) {
-  return guarded("Plugin_GetInfo", [&] {
-    CHECK_ARGS(args, TFL_Plugin_GetInfo_Args);
+  return tfl::guarded("Plugin_GetInfo", [&] {
+    TFL_CHECK_ARGS(args, TFL_Plugin_GetInfo_Args);
     args->name = kPluginName;
     args->vendor = kVendor;
     args->version = kVersion;
@@ -65,30 +46,30 @@ TFL_Error* Plugin_GetInfo(TFL_Plugin_GetInfo_Args* args) {
 }
 
 TFL_Error* Plugin_Initialize(TFL_Plugin_Initialize_Args* args) {
-  return guarded("Plugin_Initialize", [&] {
-    CHECK_ARGS(args, TFL_Plugin_Initialize_Args);
+  return tfl::guarded("Plugin_Initialize", [&] {
+    TFL_CHECK_ARGS(args, TFL_Plugin_Initialize_Args);
     // The second half of version negotiation: the host already checked ours.
     if (args->host_abi_major != TFL_ABI_MAJOR)
-      fail(TFL_ERR_ABI_MISMATCH, "the host speaks torch-fl ABI ", args->host_abi_major, ".", args->host_abi_minor,
+      tfl::fail(TFL_ERR_ABI_MISMATCH, "the host speaks torch-fl ABI ", args->host_abi_major, ".", args->host_abi_minor,
            " but this plugin was built for ABI ", TFL_ABI_MAJOR, ".", TFL_ABI_MINOR,
            "; rebuild the plugin against the host's headers");
     if (args->num_options > 0 && (args->option_keys == nullptr || args->option_values == nullptr))
-      invalid_argument("num_options is ", args->num_options, " but option_keys or option_values is NULL");
+      tfl::invalid_argument("num_options is ", args->num_options, " but option_keys or option_values is NULL");
     Config cfg = load_config(args->option_keys, args->option_values, args->num_options);
     std::lock_guard<std::mutex> lock(g_init_mu);
     if (Runtime* rt = runtime_or_null()) {
       // Initializing twice with the same settings is harmless; other settings
       // would pull memory out from under live tensors.
       if (rt->config() == cfg) return;
-      invalid_argument("already initialized with different settings; call Plugin_Shutdown first");
+      tfl::invalid_argument("already initialized with different settings; call Plugin_Shutdown first");
     }
     set_runtime(new Runtime(cfg, args->host));
   });
 }
 
 TFL_Error* Plugin_Shutdown(TFL_Plugin_Shutdown_Args* args) {
-  return guarded("Plugin_Shutdown", [&] {
-    CHECK_ARGS(args, TFL_Plugin_Shutdown_Args);
+  return tfl::guarded("Plugin_Shutdown", [&] {
+    TFL_CHECK_ARGS(args, TFL_Plugin_Shutdown_Args);
     std::lock_guard<std::mutex> lock(g_init_mu);
     Runtime* rt = runtime_or_null();
     set_runtime(nullptr);
@@ -101,18 +82,18 @@ TFL_Error* Plugin_Shutdown(TFL_Plugin_Shutdown_Args* args) {
 // ===========================================================================
 
 TFL_Error* Device_Count(TFL_Device_Count_Args* args) {
-  return guarded("Device_Count", [&] {
-    CHECK_ARGS(args, TFL_Device_Count_Args);
+  return tfl::guarded("Device_Count", [&] {
+    TFL_CHECK_ARGS(args, TFL_Device_Count_Args);
     args->count = runtime().device_count();
   });
 }
 
 TFL_Error* Device_GetProperties(TFL_Device_GetProperties_Args* args) {
-  return guarded("Device_GetProperties", [&] {
-    CHECK_ARGS(args, TFL_Device_GetProperties_Args);
+  return tfl::guarded("Device_GetProperties", [&] {
+    TFL_CHECK_ARGS(args, TFL_Device_GetProperties_Args);
     Device& dev = runtime().device(args->device);
     TFL_DeviceProperties* p = args->properties;
-    if (p == nullptr) invalid_argument("properties is NULL");
+    if (p == nullptr) tfl::invalid_argument("properties is NULL");
     // Fill only the fields the host's struct has room for.
     if (TFL_HAS_FIELD(p, TFL_DeviceProperties, name)) {
       std::memset(p->name, 0, sizeof(p->name));
@@ -138,16 +119,16 @@ TFL_Error* Device_GetProperties(TFL_Device_GetProperties_Args* args) {
 
 TFL_Error* Device_Synchronize(TFL_Device_Synchronize_Args* args) {
   TFL_Error* async_error = nullptr;
-  TFL_Error* err = guarded("Device_Synchronize", [&] {
-    CHECK_ARGS(args, TFL_Device_Synchronize_Args);
+  TFL_Error* err = tfl::guarded("Device_Synchronize", [&] {
+    TFL_CHECK_ARGS(args, TFL_Device_Synchronize_Args);
     async_error = runtime().synchronize(args->device);
   });
   return err != nullptr ? err : async_error;
 }
 
 TFL_Error* Device_CanAccessPeer(TFL_Device_CanAccessPeer_Args* args) {
-  return guarded("Device_CanAccessPeer", [&] {
-    CHECK_ARGS(args, TFL_Device_CanAccessPeer_Args);
+  return tfl::guarded("Device_CanAccessPeer", [&] {
+    TFL_CHECK_ARGS(args, TFL_Device_CanAccessPeer_Args);
     Runtime& rt = runtime();
     rt.device(args->device);
     rt.device(args->peer);
@@ -162,24 +143,24 @@ TFL_Error* Device_CanAccessPeer(TFL_Device_CanAccessPeer_Args* args) {
 // ===========================================================================
 
 TFL_Error* Memory_Allocate(TFL_Memory_Allocate_Args* args) {
-  return guarded("Memory_Allocate", [&] {
-    CHECK_ARGS(args, TFL_Memory_Allocate_Args);
+  return tfl::guarded("Memory_Allocate", [&] {
+    TFL_CHECK_ARGS(args, TFL_Memory_Allocate_Args);
     args->ptr = nullptr;
     args->ptr = runtime().device(args->device).memory.allocate(args->size);
   });
 }
 
 TFL_Error* Memory_Free(TFL_Memory_Free_Args* args) {
-  return guarded("Memory_Free", [&] {
-    CHECK_ARGS(args, TFL_Memory_Free_Args);
+  return tfl::guarded("Memory_Free", [&] {
+    TFL_CHECK_ARGS(args, TFL_Memory_Free_Args);
     if (args->ptr == nullptr) return;
     runtime().device(args->device).memory.free(args->ptr);
   });
 }
 
 TFL_Error* Memory_GetInfo(TFL_Memory_GetInfo_Args* args) {
-  return guarded("Memory_GetInfo", [&] {
-    CHECK_ARGS(args, TFL_Memory_GetInfo_Args);
+  return tfl::guarded("Memory_GetInfo", [&] {
+    TFL_CHECK_ARGS(args, TFL_Memory_GetInfo_Args);
     DeviceMemory& memory = runtime().device(args->device).memory;
     args->free_bytes = memory.free_bytes();
     args->total_bytes = memory.capacity();
@@ -187,16 +168,16 @@ TFL_Error* Memory_GetInfo(TFL_Memory_GetInfo_Args* args) {
 }
 
 TFL_Error* HostMemory_Allocate(TFL_HostMemory_Allocate_Args* args) {
-  return guarded("HostMemory_Allocate", [&] {
-    CHECK_ARGS(args, TFL_HostMemory_Allocate_Args);
+  return tfl::guarded("HostMemory_Allocate", [&] {
+    TFL_CHECK_ARGS(args, TFL_HostMemory_Allocate_Args);
     args->ptr = nullptr;
     args->ptr = runtime().pinned().allocate(args->size);
   });
 }
 
 TFL_Error* HostMemory_Free(TFL_HostMemory_Free_Args* args) {
-  return guarded("HostMemory_Free", [&] {
-    CHECK_ARGS(args, TFL_HostMemory_Free_Args);
+  return tfl::guarded("HostMemory_Free", [&] {
+    TFL_CHECK_ARGS(args, TFL_HostMemory_Free_Args);
     if (args->ptr == nullptr) return;
     runtime().pinned().free(args->ptr);
   });
@@ -207,23 +188,23 @@ void check_device_side(Runtime& rt, const void* ptr, int32_t device, size_t size
   Device& dev = rt.device(device);
   if (!dev.memory.owns(ptr)) {
     if (Device* other = rt.device_owning(ptr))
-      invalid_argument(what, " ", ptr, " belongs to device ", other->index, ", not to device ", device);
-    invalid_argument(what, " ", ptr, " is not device memory of device ", device);
+      tfl::invalid_argument(what, " ", ptr, " belongs to device ", other->index, ", not to device ", device);
+    tfl::invalid_argument(what, " ", ptr, " is not device memory of device ", device);
   }
   dev.memory.check_range(ptr, size, what);
 }
 
 void check_host_side(Runtime& rt, const void* ptr, int32_t device, const char* what) {
-  if (device != -1) invalid_argument(what, "_device must be -1 for host memory, got ", device);
-  if (ptr == nullptr) invalid_argument(what, " is NULL");
+  if (device != -1) tfl::invalid_argument(what, "_device must be -1 for host memory, got ", device);
+  if (ptr == nullptr) tfl::invalid_argument(what, " is NULL");
   if (Device* other = rt.device_owning(ptr))
-    invalid_argument(what, " ", ptr, " is device memory of device ", other->index, ", not host memory");
+    tfl::invalid_argument(what, " ", ptr, " is device memory of device ", other->index, ", not host memory");
 }
 
 TFL_Error* Memory_Copy(TFL_Memory_Copy_Args* args) {
   TFL_Error* async_error = nullptr;
-  TFL_Error* err = guarded("Memory_Copy", [&] {
-    CHECK_ARGS(args, TFL_Memory_Copy_Args);
+  TFL_Error* err = tfl::guarded("Memory_Copy", [&] {
+    TFL_CHECK_ARGS(args, TFL_Memory_Copy_Args);
     Runtime& rt = runtime();
     std::shared_ptr<Stream> stream = rt.stream(args->stream);
     const size_t size = args->size;
@@ -245,7 +226,7 @@ TFL_Error* Memory_Copy(TFL_Memory_Copy_Args* args) {
         break;
       case TFL_COPY_DEVICE_TO_DEVICE:
         if (args->src_device != args->dst_device)
-          invalid_argument("DEVICE_TO_DEVICE needs src_device == dst_device, got ", args->src_device, " and ",
+          tfl::invalid_argument("DEVICE_TO_DEVICE needs src_device == dst_device, got ", args->src_device, " and ",
                            args->dst_device, " (use TFL_COPY_PEER across devices)");
         [[fallthrough]];
       case TFL_COPY_PEER:
@@ -254,10 +235,10 @@ TFL_Error* Memory_Copy(TFL_Memory_Copy_Args* args) {
         stream_device = args->src_device;
         break;
       default:
-        invalid_argument("unknown copy kind ", args->kind);
+        tfl::invalid_argument("unknown copy kind ", args->kind);
     }
     if (stream->device() != stream_device)
-      invalid_argument("the copy must run on a stream of device ", stream_device, ", but the stream belongs to device ",
+      tfl::invalid_argument("the copy must run on a stream of device ", stream_device, ", but the stream belongs to device ",
                        stream->device());
     // VENDOR: enqueue your driver's DMA here.
     void* dst = args->dst;
@@ -273,12 +254,12 @@ TFL_Error* Memory_Copy(TFL_Memory_Copy_Args* args) {
 }
 
 TFL_Error* Memory_Set(TFL_Memory_Set_Args* args) {
-  return guarded("Memory_Set", [&] {
-    CHECK_ARGS(args, TFL_Memory_Set_Args);
+  return tfl::guarded("Memory_Set", [&] {
+    TFL_CHECK_ARGS(args, TFL_Memory_Set_Args);
     Runtime& rt = runtime();
     std::shared_ptr<Stream> stream = rt.stream(args->stream);
     if (stream->device() != args->device)
-      invalid_argument("the stream belongs to device ", stream->device(), ", not to device ", args->device);
+      tfl::invalid_argument("the stream belongs to device ", stream->device(), ", not to device ", args->device);
     if (args->size == 0) return;
     check_device_side(rt, args->ptr, args->device, args->size, "ptr");
     void* ptr = args->ptr;
@@ -294,8 +275,8 @@ TFL_Error* Memory_Set(TFL_Memory_Set_Args* args) {
 // ===========================================================================
 
 TFL_Error* Stream_Create(TFL_Stream_Create_Args* args) {
-  return guarded("Stream_Create", [&] {
-    CHECK_ARGS(args, TFL_Stream_Create_Args);
+  return tfl::guarded("Stream_Create", [&] {
+    TFL_CHECK_ARGS(args, TFL_Stream_Create_Args);
     args->stream = nullptr;
     // Priorities are a hint the emulation ignores.
     args->stream = runtime().create_stream(args->device);
@@ -304,8 +285,8 @@ TFL_Error* Stream_Create(TFL_Stream_Create_Args* args) {
 
 TFL_Error* Stream_Destroy(TFL_Stream_Destroy_Args* args) {
   TFL_Error* async_error = nullptr;
-  TFL_Error* err = guarded("Stream_Destroy", [&] {
-    CHECK_ARGS(args, TFL_Stream_Destroy_Args);
+  TFL_Error* err = tfl::guarded("Stream_Destroy", [&] {
+    TFL_CHECK_ARGS(args, TFL_Stream_Destroy_Args);
     std::shared_ptr<Stream> stream = runtime().remove_stream(args->stream);
     stream->stop();  // completes the pending work first
     async_error = stream->take_error();
@@ -315,8 +296,8 @@ TFL_Error* Stream_Destroy(TFL_Stream_Destroy_Args* args) {
 
 TFL_Error* Stream_Synchronize(TFL_Stream_Synchronize_Args* args) {
   TFL_Error* async_error = nullptr;
-  TFL_Error* err = guarded("Stream_Synchronize", [&] {
-    CHECK_ARGS(args, TFL_Stream_Synchronize_Args);
+  TFL_Error* err = tfl::guarded("Stream_Synchronize", [&] {
+    TFL_CHECK_ARGS(args, TFL_Stream_Synchronize_Args);
     std::shared_ptr<Stream> stream = runtime().stream(args->stream);
     stream->wait(stream->tail());
     async_error = stream->take_error();
@@ -325,15 +306,15 @@ TFL_Error* Stream_Synchronize(TFL_Stream_Synchronize_Args* args) {
 }
 
 TFL_Error* Stream_Query(TFL_Stream_Query_Args* args) {
-  return guarded("Stream_Query", [&] {
-    CHECK_ARGS(args, TFL_Stream_Query_Args);
+  return tfl::guarded("Stream_Query", [&] {
+    TFL_CHECK_ARGS(args, TFL_Stream_Query_Args);
     args->idle = runtime().stream(args->stream)->idle() ? 1 : 0;
   });
 }
 
 TFL_Error* Stream_WaitEvent(TFL_Stream_WaitEvent_Args* args) {
-  return guarded("Stream_WaitEvent", [&] {
-    CHECK_ARGS(args, TFL_Stream_WaitEvent_Args);
+  return tfl::guarded("Stream_WaitEvent", [&] {
+    TFL_CHECK_ARGS(args, TFL_Stream_WaitEvent_Args);
     Runtime& rt = runtime();
     std::shared_ptr<Stream> stream = rt.stream(args->stream);
     const Event::Mark mark = rt.event(args->event, "event").mark();
@@ -345,8 +326,8 @@ TFL_Error* Stream_WaitEvent(TFL_Stream_WaitEvent_Args* args) {
 }
 
 TFL_Error* Event_Create(TFL_Event_Create_Args* args) {
-  return guarded("Event_Create", [&] {
-    CHECK_ARGS(args, TFL_Event_Create_Args);
+  return tfl::guarded("Event_Create", [&] {
+    TFL_CHECK_ARGS(args, TFL_Event_Create_Args);
     args->event = nullptr;
     // Flag bits this plugin does not know (a newer host's) are ignored.
     args->event = runtime().create_event(args->device, (args->flags & TFL_EVENT_TIMING) != 0);
@@ -354,44 +335,44 @@ TFL_Error* Event_Create(TFL_Event_Create_Args* args) {
 }
 
 TFL_Error* Event_Destroy(TFL_Event_Destroy_Args* args) {
-  return guarded("Event_Destroy", [&] {
-    CHECK_ARGS(args, TFL_Event_Destroy_Args);
+  return tfl::guarded("Event_Destroy", [&] {
+    TFL_CHECK_ARGS(args, TFL_Event_Destroy_Args);
     if (args->event == nullptr) return;
     runtime().destroy_event(args->event);
   });
 }
 
 TFL_Error* Event_Record(TFL_Event_Record_Args* args) {
-  return guarded("Event_Record", [&] {
-    CHECK_ARGS(args, TFL_Event_Record_Args);
+  return tfl::guarded("Event_Record", [&] {
+    TFL_CHECK_ARGS(args, TFL_Event_Record_Args);
     Runtime& rt = runtime();
     Event& event = rt.event(args->event, "event");
     std::shared_ptr<Stream> stream = rt.stream(args->stream);
     if (stream->device() != event.device())
-      invalid_argument("the event belongs to device ", event.device(), " but the stream to device ", stream->device());
+      tfl::invalid_argument("the event belongs to device ", event.device(), " but the stream to device ", stream->device());
     event.record(stream);
   });
 }
 
 TFL_Error* Event_Synchronize(TFL_Event_Synchronize_Args* args) {
   TFL_Error* async_error = nullptr;
-  TFL_Error* err = guarded("Event_Synchronize", [&] {
-    CHECK_ARGS(args, TFL_Event_Synchronize_Args);
+  TFL_Error* err = tfl::guarded("Event_Synchronize", [&] {
+    TFL_CHECK_ARGS(args, TFL_Event_Synchronize_Args);
     async_error = runtime().event(args->event, "event").synchronize();
   });
   return err != nullptr ? err : async_error;
 }
 
 TFL_Error* Event_Query(TFL_Event_Query_Args* args) {
-  return guarded("Event_Query", [&] {
-    CHECK_ARGS(args, TFL_Event_Query_Args);
+  return tfl::guarded("Event_Query", [&] {
+    TFL_CHECK_ARGS(args, TFL_Event_Query_Args);
     args->complete = runtime().event(args->event, "event").query() ? 1 : 0;
   });
 }
 
 TFL_Error* Event_ElapsedTime(TFL_Event_ElapsedTime_Args* args) {
-  return guarded("Event_ElapsedTime", [&] {
-    CHECK_ARGS(args, TFL_Event_ElapsedTime_Args);
+  return tfl::guarded("Event_ElapsedTime", [&] {
+    TFL_CHECK_ARGS(args, TFL_Event_ElapsedTime_Args);
     Runtime& rt = runtime();
     int64_t ns[2] = {0, 0};
     const char* names[2] = {"start", "end"};
@@ -399,10 +380,10 @@ TFL_Error* Event_ElapsedTime(TFL_Event_ElapsedTime_Args* args) {
     for (int i = 0; i < 2; ++i) {
       Event& event = rt.event(handles[i], names[i]);
       const Event::Mark mark = event.mark();
-      if (!event.timing()) invalid_argument("the ", names[i], " event was not created with TFL_EVENT_TIMING");
-      if (mark.stream == nullptr) invalid_argument("the ", names[i], " event was never recorded");
+      if (!event.timing()) tfl::invalid_argument("the ", names[i], " event was not created with TFL_EVENT_TIMING");
+      if (mark.stream == nullptr) tfl::invalid_argument("the ", names[i], " event was never recorded");
       if (!mark.stream->reached(mark.ticket))
-        invalid_argument("the ", names[i], " event has not completed yet (synchronize it first)");
+        tfl::invalid_argument("the ", names[i], " event has not completed yet (synchronize it first)");
       ns[i] = mark.time_ns->load();
     }
     args->milliseconds = static_cast<double>(ns[1] - ns[0]) / 1e6;
@@ -414,8 +395,8 @@ TFL_Error* Event_ElapsedTime(TFL_Event_ElapsedTime_Args* args) {
 // ===========================================================================
 
 TFL_Error* Kernels_List(TFL_Kernels_List_Args* args) {
-  return guarded("Kernels_List", [&] {
-    CHECK_ARGS(args, TFL_Kernels_List_Args);
+  return tfl::guarded("Kernels_List", [&] {
+    TFL_CHECK_ARGS(args, TFL_Kernels_List_Args);
     list_kernels(&args->kernels, &args->num_kernels);
   });
 }
@@ -425,8 +406,8 @@ TFL_Error* Kernels_List(TFL_Kernels_List_Args* args) {
 // ===========================================================================
 
 const TFL_CoreApi kCore = {
-    TFL_CoreApi_STRUCT_SIZE, Error_Destroy, Error_Message, Error_GetCode,
-    Plugin_GetInfo,          Plugin_Initialize, Plugin_Shutdown,
+    TFL_CoreApi_STRUCT_SIZE, tfl::Error_Destroy, tfl::Error_Message, tfl::Error_GetCode,
+    Plugin_GetInfo,          Plugin_Initialize,  Plugin_Shutdown,
 };
 
 const TFL_DeviceApi kDevice = {
