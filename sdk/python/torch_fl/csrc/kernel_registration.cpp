@@ -1,0 +1,275 @@
+#include "kernel_registration.h"
+
+#include "copy.h"
+#include "kernel_abi.h"
+#include "minimal_ops.h"
+#include "native_kernel.h"
+#include "signature.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+
+namespace torch_fl::bridge {
+
+namespace {
+
+struct NativeTable {
+  std::shared_mutex mutex;
+  std::map<std::string, uint64_t> dtypes; // schema name -> dtype mask
+};
+
+NativeTable& native_table() {
+  static auto* table = new NativeTable();
+  return *table;
+}
+
+std::pair<std::string, std::string> split_name(const std::string& op) {
+  const auto dot = op.find('.');
+  if (dot == std::string::npos) {
+    return {op, ""};
+  }
+  return {op.substr(0, dot), op.substr(dot + 1)};
+}
+
+std::optional<c10::OperatorHandle> find_op(const std::string& op) {
+  auto [name, overload] = split_name(op);
+  return c10::Dispatcher::singleton().findOp(c10::OperatorName(name, overload));
+}
+
+// Resolves torch_fl_op_<suffix> to a schema name by asking the dispatcher
+// which split of the suffix into <name>_<overload> exists.
+std::string resolve_symbol(const std::string& suffix, std::string* why) {
+  std::vector<std::string> matches;
+  auto exists = [](const std::string& name, const std::string& overload) {
+    return c10::Dispatcher::singleton()
+        .findOp(c10::OperatorName("aten::" + name, overload))
+        .has_value();
+  };
+  if (exists(suffix, "")) {
+    matches.push_back("aten::" + suffix);
+  }
+  for (size_t pos = suffix.find('_', 1); pos != std::string::npos;
+       pos = suffix.find('_', pos + 1)) {
+    const std::string name = suffix.substr(0, pos);
+    const std::string overload = suffix.substr(pos + 1);
+    if (!overload.empty() && exists(name, overload)) {
+      matches.push_back("aten::" + name + "." + overload);
+    }
+  }
+  if (matches.size() == 1) {
+    return matches[0];
+  }
+  if (matches.empty()) {
+    *why = "no aten operator matches; expected torch_fl_op_<name>_<overload>, e.g. "
+           "torch_fl_op_add_Tensor for aten::add.Tensor";
+  } else {
+    *why = "it is ambiguous between";
+    for (const auto& m : matches) {
+      *why += " " + m;
+    }
+  }
+  return "";
+}
+
+torch::Library& library_for(
+    const std::string& ns,
+    torch::Library& aten,
+    std::map<std::string, std::unique_ptr<torch::Library>>& libraries) {
+  if (ns == "aten") {
+    return aten;
+  }
+  auto& lib = libraries[ns];
+  if (!lib) {
+    lib = std::make_unique<torch::Library>(
+        torch::Library::IMPL, ns, c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  }
+  return *lib;
+}
+
+void register_one(
+    const KernelSpec& spec,
+    const c10::OperatorHandle& handle,
+    std::optional<c10::OperatorHandle> functional,
+    torch::Library& aten,
+    std::map<std::string, std::unique_ptr<torch::Library>>& libraries,
+    KernelRegistration& report) {
+  const std::string name = c10::toString(handle.operator_name());
+  Signature sig = analyze(handle.schema());
+  if (!sig.unsupported.empty()) {
+    report.rejected.emplace_back(name, "cannot be served by a kernel: " + sig.unsupported);
+    return;
+  }
+  const auto ns = name.substr(0, name.find("::"));
+  std::string impl_name = name.substr(name.find("::") + 2);
+  KernelSpec own = spec;
+  own.op = name;
+  library_for(ns, aten, libraries)
+      .impl(
+          impl_name.c_str(),
+          torch::CppFunction::makeFromBoxedFunctor(
+              std::make_unique<NativeKernel>(own, std::move(sig), std::move(functional))));
+  {
+    std::unique_lock<std::shared_mutex> lock(native_table().mutex);
+    native_table().dtypes[name] = spec.dtypes;
+  }
+  report.registered.push_back(name);
+}
+
+bool is_composite_implicit(const c10::OperatorHandle& handle) {
+  return handle.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+}
+
+} // namespace
+
+KernelRegistration register_plugin_kernels(
+    torch::Library& aten,
+    std::map<std::string, std::unique_ptr<torch::Library>>& libraries,
+    const Plugin& plugin,
+    const std::set<std::string>& disabled) {
+  KernelRegistration report;
+  std::vector<KernelSpec> specs;
+  std::set<std::string> seen;
+
+  if (const TFL_KernelApi* kapi = plugin.kernels()) {
+    if (kapi->struct_size >= TFL_STRUCT_SIZE(TFL_KernelApi, Kernels_List) && kapi->Kernels_List) {
+      TFL_Kernels_List_Args list{};
+      list.struct_size = TFL_Kernels_List_Args_STRUCT_SIZE;
+      plugin.check(kapi->Kernels_List(&list), "Kernels_List");
+      for (size_t i = 0; i < list.num_kernels; ++i) {
+        const TFL_KernelDesc* desc = list.kernels[i];
+        if (desc == nullptr || desc->op == nullptr || desc->fn == nullptr) {
+          report.rejected.emplace_back(
+              "<entry " + std::to_string(i) + ">", "kernel descriptor without op name or function");
+          continue;
+        }
+        std::string op = desc->op;
+        if (op == "aten::copy_") {
+          set_copy_kernel(desc);
+          report.registered.push_back(op + " (used for device copies)");
+          continue;
+        }
+        KernelSpec spec;
+        spec.op = op;
+        spec.fn = desc->fn;
+        spec.user_data = desc->user_data;
+        spec.dtypes = desc->dtypes;
+        spec.flags = desc->flags;
+        if (TFL_HAS_FIELD(desc, TFL_KernelDesc, preferred_memory_format)) {
+          spec.memory_format = desc->preferred_memory_format;
+        }
+        if (seen.insert(op).second) {
+          specs.push_back(spec);
+        }
+      }
+    }
+  }
+  for (const SymbolKernel& sym : plugin.symbol_kernels()) {
+    std::string why;
+    const std::string op = resolve_symbol(sym.suffix, &why);
+    if (op.empty()) {
+      report.rejected.emplace_back(sym.symbol, why);
+      continue;
+    }
+    if (!seen.insert(op).second) {
+      continue; // the kernel table wins
+    }
+    KernelSpec spec;
+    spec.op = op;
+    spec.fn = sym.fn;
+    spec.dtypes = TFL_DTYPE_BIT(TFL_DTYPE_FLOAT32);
+    spec.flags = TFL_KERNEL_SYMBOL_DEFAULT_FLAGS;
+    specs.push_back(spec);
+  }
+
+  const auto& minimal = minimal_op_names();
+  std::set<std::string> explicit_ops(seen.begin(), seen.end());
+  std::set<std::string> done;
+  for (const KernelSpec& spec : specs) {
+    if (disabled.count(spec.op)) {
+      report.rejected.emplace_back(spec.op, "disabled by TORCH_FL_DISABLE_KERNELS");
+      continue;
+    }
+    if (std::find(minimal.begin(), minimal.end(), spec.op) != minimal.end()) {
+      report.rejected.emplace_back(spec.op, "implemented by the bridge for every plugin");
+      continue;
+    }
+    auto handle = find_op(spec.op);
+    if (!handle.has_value() || !handle->hasSchema()) {
+      report.rejected.emplace_back(spec.op, "no such operator is registered with PyTorch");
+      continue;
+    }
+    if (is_composite_implicit(*handle)) {
+      report.rejected.emplace_back(
+          spec.op,
+          "it is CompositeImplicitAutograd (PyTorch decomposes it before it reaches a "
+          "device); register the operators it decomposes into");
+      continue;
+    }
+    register_one(spec, *handle, std::nullopt, aten, libraries, report);
+    done.insert(spec.op);
+    if (spec.flags & TFL_KERNEL_NO_DERIVED_VARIANTS) {
+      continue;
+    }
+    const Signature sig = analyze(handle->schema());
+    if (sig.variant != TFL_VARIANT_FUNCTIONAL) {
+      continue;
+    }
+    for (const c10::OperatorHandle& variant : derived_variants(*handle)) {
+      const std::string vname = c10::toString(variant.operator_name());
+      if (explicit_ops.count(vname) || done.count(vname) || disabled.count(vname)) {
+        continue;
+      }
+      register_one(spec, variant, *handle, aten, libraries, report);
+      done.insert(vname);
+    }
+  }
+  return report;
+}
+
+void register_custom_kernel(
+    torch::Library& impl,
+    const std::string& qualified_name,
+    TFL_KernelFn fn,
+    void* user_data,
+    uint64_t dtypes,
+    uint32_t flags,
+    std::vector<int32_t> output_like) {
+  auto handle = find_op(qualified_name);
+  TORCH_CHECK(
+      handle.has_value() && handle->hasSchema(), "custom op ", qualified_name,
+      " is not defined");
+  Signature sig = analyze(handle->schema());
+  TORCH_CHECK(
+      sig.unsupported.empty(), "custom op ", qualified_name,
+      " cannot be served by a kernel: ", sig.unsupported);
+  KernelSpec spec;
+  spec.op = qualified_name;
+  spec.fn = fn;
+  spec.user_data = user_data;
+  spec.dtypes = dtypes;
+  spec.flags = flags;
+  auto kernel =
+      std::make_unique<NativeKernel>(spec, std::move(sig), std::nullopt, std::move(output_like));
+  const std::string impl_name = qualified_name.substr(qualified_name.find("::") + 2);
+  impl.impl(impl_name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(kernel)));
+  std::unique_lock<std::shared_mutex> lock(native_table().mutex);
+  native_table().dtypes[qualified_name] = dtypes;
+}
+
+bool has_native_kernel(const std::string& op, c10::ScalarType dtype) {
+  std::shared_lock<std::shared_mutex> lock(native_table().mutex);
+  auto it = native_table().dtypes.find(op);
+  return it != native_table().dtypes.end() && (it->second & dtype_bit(dtype)) != 0;
+}
+
+std::map<std::string, uint64_t> native_kernel_table() {
+  std::shared_lock<std::shared_mutex> lock(native_table().mutex);
+  return native_table().dtypes;
+}
+
+
+} // namespace torch_fl::bridge

@@ -1,0 +1,50 @@
+// Registering a plugin's kernels with PyTorch's dispatcher: the kernel table
+// and the symbol convention (kernel.h), the in-place and out= overloads a
+// functional kernel also serves, custom ops; and the table of what is native.
+// Each registration is one NativeKernel (native_kernel.h: the op path).
+#pragma once
+
+#include "plugin.h"
+
+#include <torch/library.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace torch_fl::bridge {
+
+struct KernelRegistration {
+  std::vector<std::string> registered;                      // schema names
+  std::vector<std::pair<std::string, std::string>> rejected; // name, reason
+};
+
+// Registers the plugin's kernels (table and symbol convention) with the
+// dispatcher. `disabled` names operators to leave to the fallback chain.
+// Libraries for non-aten namespaces are created in `libraries`.
+KernelRegistration register_plugin_kernels(
+    torch::Library& aten,
+    std::map<std::string, std::unique_ptr<torch::Library>>& libraries,
+    const Plugin& plugin,
+    const std::set<std::string>& disabled);
+
+// Registers a plugin kernel for a custom operator whose schema is already
+// defined. Output i is shaped like the tensor argument at schema position
+// output_like[i] (custom ops have no meta function).
+void register_custom_kernel(
+    torch::Library& impl,
+    const std::string& qualified_name,
+    TFL_KernelFn fn,
+    void* user_data,
+    uint64_t dtypes,
+    uint32_t flags,
+    std::vector<int32_t> output_like);
+
+// Whether `op` (schema name) has a native kernel that accepts `dtype`.
+bool has_native_kernel(const std::string& op, c10::ScalarType dtype);
+
+// The schema names served natively, with their dtype masks.
+std::map<std::string, uint64_t> native_kernel_table();
+
+} // namespace torch_fl::bridge
