@@ -2,6 +2,10 @@
 
     python scenarios.py SCENARIO --rank R --world N --store PATH --out FILE
 
+The rank side of the conformance suite's multi-rank harness
+(torch_fl_conformance.ranks): its DDP parity and failure scenarios, and the
+project's own: every collective, op and dtype of the tfl backend on flemu,
+backend names, abort, mismatched sizes, FSDP, the all_reduce benchmark's peers.
 Each scenario records named checks ("ok" or the failure with its traceback)
 and facts in FILE as JSON; the tests in test_*.py assert on them, so one set
 of processes serves many test cases.
@@ -10,18 +14,16 @@ of processes serves many test cases.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import signal
 import sys
 import time
-import traceback
-from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch_fl_conformance.ranks import harness
+from torch_fl_conformance.ranks import scenarios as shared
+from torch_fl_conformance.ranks.checks import assert_equal, expected_reduction, values
+from torch_fl_conformance.ranks.harness import Rank, Recorder
 
 DEVICE_TYPE = "flemu"
 BACKEND = "tfl"
@@ -92,60 +94,6 @@ def collective_checks(world: int) -> list[str]:
     """The checks the collectives scenario records at this world size."""
     cases = ALL_REDUCE_CASES.get(world, ALL_REDUCE_CASES[2])
     return [*(f"all_reduce[{op}-{dt}]" for op, dt in cases), *OTHER_CHECKS]
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.checks: dict[str, str] = {}
-        self.info: dict[str, Any] = {}
-
-    def check(self, name: str, fn: Callable[[], None]) -> None:
-        start = time.perf_counter()
-        try:
-            fn()
-            self.checks[name] = "ok"
-        except Exception as exc:  # noqa: BLE001 - recorded for the test to report
-            self.checks[name] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
-        self.info.setdefault("seconds", {})[name] = round(time.perf_counter() - start, 3)
-
-
-def assert_equal(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
-    actual = actual.cpu()
-    expected = expected.to(actual.dtype)
-    if actual.dtype.is_floating_point or actual.dtype.is_complex:
-        ok = torch.allclose(actual.to(torch.complex128 if actual.is_complex() else torch.float64),
-                            expected.to(torch.complex128 if expected.is_complex() else torch.float64),
-                            rtol=1e-2 if actual.element_size() == 2 else 1e-6, atol=0)
-    else:
-        ok = torch.equal(actual, expected)
-    if not ok:
-        diff = (actual != expected).nonzero()
-        first = diff[0].tolist() if len(diff) else []
-        raise AssertionError(
-            f"{what}: actual differs from expected at {len(diff)} positions, first {first}: "
-            f"actual {actual.flatten()[:8].tolist()} expected {expected.flatten()[:8].tolist()}")
-
-
-def values(rank: int, n: int, dtype: torch.dtype, op: str = "sum", offset: int = 0) -> torch.Tensor:
-    """Rank `rank`'s input: small integers, exact in every dtype."""
-    i = torch.arange(offset, offset + n, dtype=torch.int64)
-    if dtype == torch.bool:
-        return (i + rank) % 3 == 0
-    if op == "product":
-        return ((i + rank) % 2 + 1).to(dtype)
-    return ((i + 3 * rank) % 5 + 1).to(dtype)
-
-
-def expected_reduction(world: int, n: int, dtype: torch.dtype, op: str) -> torch.Tensor:
-    stack = torch.stack([values(r, n, dtype, op).to(torch.float64) for r in range(world)])
-    if dtype == torch.bool:
-        out = {"sum": stack.amax(0), "product": stack.amin(0), "min": stack.amin(0), "max": stack.amax(0)}[op]
-        return out.to(torch.bool)
-    out = {"sum": stack.sum(0), "product": stack.prod(0), "min": stack.amin(0), "max": stack.amax(0),
-           "avg": stack.sum(0)}[op]
-    if op == "avg":
-        out = out / world if dtype.is_floating_point else torch.div(out, world, rounding_mode="trunc")
-    return out.to(dtype)
 
 
 # ---------------------------------------------------------------------------
@@ -497,119 +445,25 @@ def backend_names(rec: Recorder, rank: int, world: int, dev: torch.device, store
         dist.destroy_process_group()
 
 
-def record_failing_all_reduce(rec: Recorder, t: torch.Tensor) -> None:
-    """Runs an all_reduce expected to fail; records the error and how long it took."""
-    start = time.monotonic()
-    try:
-        dist.all_reduce(t)
-    except Exception as exc:  # noqa: BLE001 - the error is what the test checks
-        rec.info["error_type"] = type(exc).__name__
-        rec.info["error"] = str(exc)
-    rec.info["seconds"] = time.monotonic() - start
-
-
-def timeout(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.Store) -> None:
-    """Rank 0 enters an all_reduce that rank 1 never joins."""
-    dist.barrier()  # both ranks create the communicator
-    if rank == 0:
-        t = torch.ones(1024, device=dev)
-        record_failing_all_reduce(rec, t)
-        store.set("rank0_done", "1")
-    else:
-        store.wait(["rank0_done"], timedelta(seconds=60))
-
-
-def dead_rank(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.Store, victim: int) -> None:
-    """Rank `victim` is killed after the communicator is up; the others run
-    an all_reduce and must fail naming it, well before the timeout."""
-    dist.barrier()
-    if rank == victim:
-        time.sleep(0.5)  # the others are past the barrier and into the all_reduce
-        os.kill(os.getpid(), signal.SIGKILL)
-    record_failing_all_reduce(rec, torch.ones(1 << 18, device=dev))
-
-
-def abort(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.Store) -> None:
+def abort(r: Rank) -> None:
     """Rank 0 aborts its process group while the others wait in an all_reduce."""
     dist.barrier()
-    if rank == 0:
+    if r.rank == 0:
         time.sleep(0.5)
         start = time.monotonic()
         dist.distributed_c10d._abort_process_group()
-        rec.info["abort_seconds"] = time.monotonic() - start
+        r.rec.info["abort_seconds"] = time.monotonic() - start
         return
-    record_failing_all_reduce(rec, torch.ones(64, device=dev))
+    shared.failing_all_reduce(r, torch.ones(64, device=r.device))
 
 
-def mismatch(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.Store,
-             elements: list[int]) -> None:
-    """Rank 0 passes elements[0] floats to an all_reduce, the others
-    elements[1]: every rank must fail naming the operation and a rank."""
+def mismatch(r: Rank) -> None:
+    """Rank 0 passes --elements' first count of floats to an all_reduce, the others
+    the second: every rank must fail naming the operation and a rank."""
+    elements = [int(n) for n in r.args.elements.split(",")]
     dist.barrier()
-    record_failing_all_reduce(rec, torch.ones(elements[0] if rank == 0 else elements[1], device=dev))
-
-
-def ddp(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.Store) -> None:
-    """DDP training of the zoo's LSTM language model on the device, each rank
-    on its shard of every batch, against single-process CPU training on the
-    whole batch (rank 0 runs it). The zoo's dropout records its masks on the
-    device; the ranks gather them so the CPU run drops the same elements."""
-    import copy
-
-    from torch_fl_conformance.zoo import get_model
-    from torch_fl_conformance.zoo.dropout import DropoutTape, dropout_tape
-
-    spec = get_model("lstm_lm")
-    steps = 3
-    torch.manual_seed(0)
-    reference = spec.build()
-    initial = [p.detach().clone() for p in reference.parameters()]
-    model = copy.deepcopy(reference).to(dev)
-    ddp_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index])
-    opt = spec.make_optimizer(ddp_model.parameters(), dev.type)
-    ref_opt = spec.make_optimizer(reference.parameters(), "cpu")
-    losses, ref_losses = [], []
-    for step in range(steps):
-        inputs, target = spec.make_batch(step)
-        per = target.shape[0] // world
-        shard = slice(rank * per, (rank + 1) * per)
-        tape = DropoutTape("record")
-        opt.zero_grad()
-        with dropout_tape(tape):
-            loss = spec.loss_fn(ddp_model, tuple(x[shard].to(dev) for x in inputs), target[shard].to(dev))
-        loss.backward()
-        opt.step()
-        # The whole batch's loss is the mean of the shards' (equal shards).
-        mean_loss = loss.detach().clone()
-        dist.all_reduce(mean_loss, op=dist.ReduceOp.AVG)
-        losses.append(mean_loss.item())
-        masks = []
-        for m in tape.masks:  # CPU tensors: these go through gloo
-            parts = [torch.empty_like(m, dtype=torch.uint8) for _ in range(world)]
-            dist.all_gather(parts, m.to(torch.uint8))
-            masks.append(torch.cat(parts).to(m.dtype))
-        if rank == 0:
-            ref_opt.zero_grad()
-            with dropout_tape(DropoutTape("replay", masks)):
-                ref_loss = spec.loss_fn(reference, inputs, target)
-            ref_loss.backward()
-            ref_opt.step()
-            ref_losses.append(ref_loss.item())
-    rec.info["steps"] = steps
-    rec.info["losses"] = losses
-    if rank == 0:
-        rec.info["reference_losses"] = ref_losses
-        errors = {name: (p.detach().cpu() - r.detach()).abs().max().item()
-                  for (name, p), r in zip(model.named_parameters(), reference.parameters(), strict=True)}
-        rec.info["param_errors"] = errors
-        rec.info["max_param_error"] = max(errors.values())
-        rec.info["changed_from_init"] = max(
-            (p.detach() - q).abs().max().item() for p, q in zip(reference.parameters(), initial, strict=True))
-    # Every rank ends with the same parameters.
-    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-    gathered = [torch.empty_like(flat) for _ in range(world)]
-    dist.all_gather(gathered, flat)
-    rec.info["ranks_agree"] = all(torch.equal(g.cpu(), flat.cpu()) for g in gathered)
+    shared.failing_all_reduce(r, torch.ones(elements[0] if r.rank == 0 else elements[1],
+                                            device=r.device))
 
 
 def fsdp(rec: Recorder, rank: int, world: int, dev: torch.device, store: dist.Store) -> None:
@@ -693,65 +547,25 @@ def bench_peer(rec: Recorder, rank: int, world: int, dev: torch.device, store: d
                 torch.accelerator.synchronize(target)
 
 
-SCENARIOS = {"collectives": collectives, "timeout": timeout, "dead_rank": dead_rank, "abort": abort, "ddp": ddp,
-             "fsdp": fsdp,
-             "mismatch": mismatch, "bench_peer": bench_peer,
-             "backend_names": backend_names}
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    shared.add_arguments(parser)
+    parser.add_argument("--elements", default="16,32",
+                        help="mismatch: rank 0's count, the others' count")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=sorted(SCENARIOS))
-    parser.add_argument("--rank", type=int, required=True)
-    parser.add_argument("--world", type=int, required=True)
-    parser.add_argument("--store", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--timeout", type=float, default=60.0)
-    parser.add_argument("--backend", default=f"cpu:gloo,{DEVICE_TYPE}:{BACKEND}")
-    parser.add_argument("--victim", type=int, default=-1, help="dead_rank: the rank killed (default: the last)")
-    parser.add_argument("--elements", default="16,32", help="mismatch: rank 0's count, the others' count")
-    args = parser.parse_args()
-    rank, world = args.rank, args.world
-    args.victim %= world
-    rec = Recorder()
-
-    def write() -> None:
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"checks": rec.checks, "info": rec.info}, f)
-        os.replace(tmp, args.out)
-
-    dev = torch.device(DEVICE_TYPE, rank % torch.accelerator.device_count())
-    if args.scenario == "backend_names":  # makes its own groups
-        try:
-            backend_names(rec, rank, world, dev, args.store)
-        finally:
-            write()
-        return 0
-    store = dist.FileStore(args.store, world)
-    dist.init_process_group(args.backend, store=store, rank=rank, world_size=world,
-                            timeout=timedelta(seconds=args.timeout),
-                            device_id=dev if BACKEND in args.backend else None)
-    rec.info["device"] = str(dev)
-    try:
-        fn = SCENARIOS[args.scenario]
-        if args.scenario == "collectives":
-            fn(rec, rank, world, dev)
-        elif args.scenario == "dead_rank":
-            fn(rec, rank, world, dev, store, args.victim)
-        elif args.scenario == "mismatch":
-            fn(rec, rank, world, dev, store, [int(n) for n in args.elements.split(",")])
-        else:
-            fn(rec, rank, world, dev, store)
-    finally:
-        write()
-    if args.scenario in ("timeout", "dead_rank", "abort", "mismatch"):
-        # The group is broken on purpose; leave without the collective teardown.
-        sys.stdout.flush()
-        os._exit(0)
-    dist.destroy_process_group()
-    return 0
+SCENARIOS: dict[str, harness.Scenario] = {
+    **shared.SCENARIOS,  # ddp, timeout, dead_rank (and the conformance suite's collectives)
+    "collectives": lambda r: collectives(r.rec, r.rank, r.world, r.device),
+    "backend_names": lambda r: backend_names(r.rec, r.rank, r.world, r.device, r.args.store),
+    "abort": abort,
+    "mismatch": mismatch,
+    "fsdp": lambda r: fsdp(r.rec, r.rank, r.world, r.device, r.store),
+    "bench_peer": lambda r: bench_peer(r.rec, r.rank, r.world, r.device, r.store),
+}
+# The group is broken on purpose: the ranks leave without the collective teardown.
+BROKEN = {"timeout", "dead_rank", "abort", "mismatch"}
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.main(SCENARIOS, broken=BROKEN, own_group={"backend_names"},
+                          add_arguments=_add_arguments))
