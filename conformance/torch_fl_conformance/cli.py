@@ -49,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="time limit of one test (default 300)")
     r.add_argument("--ops", metavar="NAMES", help="only these op_db names (globs allowed)")
     r.add_argument("--models", metavar="NAMES", help="only these model zoo names")
-    r.add_argument("--samples", type=int, default=3, help="OpInfo samples per op and dtype")
+    r.add_argument("--samples", type=int, default=None,
+                   help="OpInfo samples per op and dtype (default: the sweep's budget)")
     r.add_argument("pytest_args", nargs="*", help="extra pytest arguments after --, e.g. -k")
 
     d = sub.add_parser("diff", help="regressions and improvements between two reports")
@@ -97,8 +98,8 @@ def _load(path: str) -> dict[str, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from torch_fl_conformance.pytest_plugin import DEFAULT_SEED, DEFAULT_TIMEOUT
     from torch_fl_conformance.runner import RunConfig, RunError, run
+    from torch_fl_conformance.session import DEFAULT_SEED, DEFAULT_TIMEOUT
 
     if not args.plugin:
         from torch_fl_conformance.target import describe_choices

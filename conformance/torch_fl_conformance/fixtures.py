@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from torch_fl_conformance.pytest_plugin import KEY
+from torch_fl_conformance.session import KEY
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache, partial
 from typing import Any
 
-from torch_fl_conformance import opstats
 from torch_fl_conformance.target import SWEEP_DTYPES
 from torch_fl_conformance.tolerances import (
     Mismatch,
@@ -222,6 +221,7 @@ def evaluate(case: Case, device: str, samples: int, seed: int,
 def _evaluate(case: Case, device: str, samples: int, seed: int,
               capabilities: frozenset[str] | None, op: Any) -> Evaluation:
     import torch
+    import torch_fl
     from torch.utils._pytree import tree_flatten, tree_map
 
     if op is None:
@@ -293,7 +293,7 @@ def _evaluate(case: Case, device: str, samples: int, seed: int,
         ev.shape_only |= shape_only
         try:
             _seed(seed, device)
-            with opstats.scope() as scope:
+            with torch_fl.op_stats_scope() as scope:
                 out, dev_leaves = run(sample, to_dev)
             out_cpu = tree_map(to_cpu, out)
             dev_mapper = to_dev
@@ -302,7 +302,7 @@ def _evaluate(case: Case, device: str, samples: int, seed: int,
             # (tensor_split's sections): retry with only the input on the device.
             try:
                 _seed(seed, device)
-                with opstats.scope() as scope:
+                with torch_fl.op_stats_scope() as scope:
                     out, dev_leaves = run(sample, to_dev, clone)
                 out_cpu = tree_map(to_cpu, out)
                 dev_mapper = clone
@@ -505,6 +505,7 @@ def _backward(ev: Evaluation, ref: Any, ref_leaves: list[Any], out: Any, dev_lea
               seed: int, device: str, order: dict[str, int], by_value: bool = True,
               wide: Any = None, tie_groups: Any = None) -> None:
     import torch
+    import torch_fl
     from torch.utils._pytree import tree_flatten
 
     ref_outs = [t for t in tree_flatten(ref)[0]
@@ -525,7 +526,7 @@ def _backward(ev: Evaluation, ref: Any, ref_leaves: list[Any], out: Any, dev_lea
     # Each cotangent lives where its output does (`x.to('cpu')` has a CPU output).
     dev_cots = [c.to(o.device) for c, o in zip(cots, dev_outs)]
     try:
-        with opstats.scope() as scope:
+        with torch_fl.op_stats_scope() as scope:
             grads = torch.autograd.grad(dev_outs, dev_leaves, dev_cots, allow_unused=True)
         grads_cpu = [None if g is None else g.detach().cpu() for g in grads]
     except Exception as exc:  # noqa: BLE001 - any device error is the finding

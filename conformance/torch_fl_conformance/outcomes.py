@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["BAD", "OUTCOMES", "classify_report"]
+__all__ = ["BAD", "OUTCOMES", "classify_report", "worst"]
 
 PASS = "PASS"
 FAIL = "FAIL"
@@ -13,10 +13,11 @@ XPASS = "XPASS"  # passed although an expectation file said it would fail
 CRASH = "CRASH"  # the worker process died inside the test
 TIMEOUT = "TIMEOUT"  # the test ran past its time limit
 NOT_RUN = "NOT_RUN"  # never started (the run was interrupted)
+BLOCKED = "BLOCKED"  # not run: an earlier test hung in the kernel or operator it needs
 
-OUTCOMES = (PASS, FAIL, ERROR, SKIP, XFAIL, XPASS, CRASH, TIMEOUT, NOT_RUN)
+OUTCOMES = (PASS, FAIL, ERROR, SKIP, XFAIL, XPASS, CRASH, TIMEOUT, NOT_RUN, BLOCKED)
 # Outcomes that mean a requirement is not met.
-BAD = frozenset({FAIL, ERROR, XFAIL, CRASH, TIMEOUT, NOT_RUN})
+BAD = frozenset({FAIL, ERROR, XFAIL, CRASH, TIMEOUT, NOT_RUN, BLOCKED})
 
 TIMEOUT_MARK = "Timeout (>"  # pytest-timeout's failure message prefix
 
@@ -32,7 +33,8 @@ def classify_report(when: str, outcome: str, wasxfail: bool, message: str) -> st
     return FAIL if when == "call" else ERROR
 
 
-RANK = {PASS: 0, SKIP: 1, XPASS: 2, XFAIL: 3, NOT_RUN: 4, FAIL: 5, ERROR: 6, TIMEOUT: 7, CRASH: 8}
+RANK = {PASS: 0, SKIP: 1, XPASS: 2, XFAIL: 3, NOT_RUN: 4, BLOCKED: 5, FAIL: 6, ERROR: 7,
+        TIMEOUT: 8, CRASH: 9}
 
 
 def worst(a: str, b: str) -> str:

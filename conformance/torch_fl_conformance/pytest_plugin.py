@@ -1,44 +1,26 @@
-"""The pytest plugin behind `pytest --torchfl-plugin=NAME` and `torchfl-conformance run`.
+"""The pytest hooks behind `pytest --torchfl-plugin=NAME` and `torchfl-conformance run`.
 
 Loaded in every pytest run of an environment that has torch-fl installed, so it
 does nothing unless one of its options is given or a test of the suite is
 collected: it registers its options and markers, and imports neither torch nor
-the plugin before that.
+the plugin before that. Hooks only: what the session shares lives in `session`,
+the per-run state and its hooks in `run_state`.
 """
 
 from __future__ import annotations
 
 import argparse
-import fnmatch
-import json
-import os
-import time
-import zlib
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-SUITE_DIR = Path(__file__).resolve().parent / "suite"
-DEFAULT_SEED = 20240601
-DEFAULT_TIMEOUT = 300.0
-KEY = pytest.StashKey["RunState"]()
-ZOO_UNAVAILABLE = "zoo-unavailable"
-
-
-def selected_models(config: pytest.Config, errors: list[str]) -> list[str]:
-    """Zoo model names this run tests (--models patterns). When the zoo cannot be
-    imported: the single name ZOO_UNAVAILABLE, with the reason appended to
-    `errors` (every test of it reports that ERROR, never a pass)."""
-    try:
-        from torch_fl_conformance.zoo import all_models
-    except Exception as exc:  # noqa: BLE001 - reported as ERROR by the tests, never a pass
-        errors.append(f"the model zoo cannot be imported: {type(exc).__name__}: {exc}")
-        return [ZOO_UNAVAILABLE]
-    state = config.stash.get(KEY, None)
-    pats = state.models if state is not None else None
-    return [m.name for m in all_models()
-            if not pats or any(fnmatch.fnmatchcase(m.name, p) for p in pats)]
+from torch_fl_conformance.session import (
+    DEFAULT_SEED,
+    DEFAULT_TIMEOUT,
+    KEY,
+    SUITE_DIR,
+    is_suite_item,
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -58,11 +40,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="comma-separated op_db names (or prefixes ending in '*') the sweeps take")
     g.addoption("--torchfl-models", default=None, metavar="NAMES",
                 help="comma-separated model zoo names the training tests take")
-    g.addoption("--torchfl-samples", type=int, default=3,
-                help="OpInfo samples per operator and dtype (default 3)")
+    g.addoption("--torchfl-samples", type=int, default=None,
+                help="OpInfo samples per operator and dtype (default: the sweep's budget)")
     g.addoption("--torchfl-report", default=None, metavar="DIR",
                 help="write the certification report (JSON, HTML, Markdown, JUnit) here")
-    # Internal: the command and event pipes of a torchfl-conformance worker.
+    # Internal: the command and event pipes and the kernel trace of a worker.
     g.addoption("--torchfl-worker", default=None, help=argparse.SUPPRESS)
 
 
@@ -116,19 +98,6 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
-def is_suite_item(item: pytest.Item) -> bool:
-    try:
-        return SUITE_DIR in Path(item.path).resolve().parents
-    except (OSError, ValueError):
-        return False
-
-
-def test_id(item: pytest.Item) -> str:
-    """Stable id of a suite test: path under suite/ and the name within the module."""
-    rel = Path(item.path).resolve().relative_to(SUITE_DIR).as_posix()
-    return rel + "::" + item.nodeid.split("::", 1)[1]
-
-
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
     suite = [i for i in items if is_suite_item(i)]
@@ -139,19 +108,3 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
         raise pytest.UsageError(describe_choices())
     config.stash[KEY].modify_items(items)
-
-
-def per_test_seed(base: int, tid: str) -> int:
-    return (base + zlib.crc32(tid.encode())) % (2**31)
-
-
-def write_json_line(fd: int, payload: dict[str, Any]) -> None:
-    data = (json.dumps(payload, default=str) + "\n").encode()
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def now() -> float:
-    return time.time()

@@ -4,27 +4,33 @@ plugin only when the suite is active."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from torch_fl_conformance import outcomes
+from torch_fl_conformance import kernel_watch, outcomes, protocol
 from torch_fl_conformance.expectations import Expectations
-from torch_fl_conformance.pytest_plugin import (
+from torch_fl_conformance.requirements import LEVELS, load_requirements
+from torch_fl_conformance.session import (
     SUITE_DIR,
     is_suite_item,
+    item_id,
+    op_of,
+    opinfo_case_of,
     per_test_seed,
-    test_id,
-    write_json_line,
 )
-from torch_fl_conformance.requirements import LEVELS, load_requirements
 from torch_fl_conformance.target import Target, host_info, load_target
+
+# Levels whose tests run under the kernel watch (L3 compiles graphs, and a dispatch
+# mode would change what Dynamo traces; its ranks are separate processes anyway).
+WATCHED_LEVELS = ("L0", "L1", "L2")
 
 
 @dataclass
@@ -45,18 +51,27 @@ class RunState:
     seed: int
     timeout: float
     level: str
-    samples: int
+    samples: int | None
     ops: list[str] | None
     models: list[str] | None
     certify: bool
     expectations: Expectations
     report_dir: str | None
     worker_fds: tuple[int, int] | None
+    trace_path: str | None = None
     meta: dict[str, TestMeta] = field(default_factory=dict)
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     deselected: int = 0
+    # op_db operator -> why its tests are not started (a test hung in it)
+    blocked_ops: dict[str, str] = field(default_factory=dict)
+    # test id -> why it is BLOCKED (set while it runs, read by logreport)
+    _blocked: dict[str, str] = field(default_factory=dict)
+    _kernels: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    _watch: kernel_watch.Watch | None = None
+    _commands: protocol.LineReader | None = None
+    _queued: list[Any] = field(default_factory=list)
 
     # -- construction ------------------------------------------------------
     @classmethod
@@ -88,9 +103,9 @@ class RunState:
             raw = config.getoption(opt)
             return [n.strip() for n in raw.split(",") if n.strip()] if raw else None
 
-        fds = None
+        fds, trace = None, None
         if worker:
-            r, w = worker.split(",")
+            r, w, trace = worker.split(",", 2)
             fds = (int(r), int(w))
         return cls(
             config=config,
@@ -98,13 +113,15 @@ class RunState:
             seed=config.getoption("--torchfl-seed"),
             timeout=config.getoption("--torchfl-timeout"),
             level=config.getoption("--torchfl-level"),
-            samples=max(1, config.getoption("--torchfl-samples")),
+            samples=(None if config.getoption("--torchfl-samples") is None
+                     else max(1, config.getoption("--torchfl-samples"))),
             ops=names("--torchfl-ops"),
             models=names("--torchfl-models"),
             certify=config.getoption("--torchfl-certify"),
             expectations=exp,
             report_dir=config.getoption("--torchfl-report"),
             worker_fds=fds,
+            trace_path=trace,
         )
 
     def options(self) -> dict[str, Any]:
@@ -126,7 +143,7 @@ class RunState:
         for item in items:
             if not is_suite_item(item):
                 continue
-            tid = test_id(item)
+            tid = item_id(item)
             marks = list(item.iter_markers("requirement"))
             if len(marks) != 1 or len(marks[0].args) != 1:
                 problems.append(f"{tid}: needs exactly one @pytest.mark.requirement('TFL-...')")
@@ -162,7 +179,7 @@ class RunState:
             if not is_suite_item(item):
                 keep.append(item)
                 continue
-            m = self.meta[test_id(item)]
+            m = self.meta[item_id(item)]
             exp = self.expectations.match(m.id)  # against every test, so staleness is exact
             if LEVELS.index(m.level) > max_level:
                 drop.append(item)
@@ -207,12 +224,66 @@ class RunState:
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         if not is_suite_item(item):
             return
-        m = self.meta[test_id(item)]
+        m = self.meta[item_id(item)]
+        self._take_commands()
+        op = op_of(m.id)
+        if op is not None and op in self.blocked_ops:
+            self._blocked[m.id] = self.blocked_ops[op]
+            pytest.skip(self.blocked_ops[op])
         if m.capability and not self.target.has(m.capability):
             pytest.skip(f"{m.capability} not advertised by {self.target.plugin_name}")
         import torch
 
         torch.manual_seed(per_test_seed(self.seed, m.id))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Any:
+        if not is_suite_item(item):
+            return (yield)
+        m = self.meta[item_id(item)]
+        with self._watched(m), self._kernel_scope(m):
+            return (yield)
+
+    @contextlib.contextmanager
+    def _watched(self, m: TestMeta) -> Iterator[None]:
+        if self._watch is None or m.level not in WATCHED_LEVELS:
+            yield
+            return
+        try:
+            with self._watch.mode():
+                yield
+        except kernel_watch.KernelBlocked as exc:
+            self._blocked[m.id] = exc.reason
+            pytest.skip(exc.reason)
+
+    @contextlib.contextmanager
+    def _kernel_scope(self, m: TestMeta) -> Iterator[None]:
+        """The kernels a test ran, kept for its report entry should it fail (the
+        sweep records its own, per failing sample)."""
+        if opinfo_case_of(m.id) is not None:
+            yield
+            return
+        import torch_fl
+
+        with torch_fl.op_stats_scope() as scope:
+            yield
+        self._kernels[m.id] = kernel_watch.kernels_of(scope.table)
+
+    def _take_commands(self) -> None:
+        """Block commands the runner sent while this worker was busy."""
+        if self._commands is None:
+            return
+        for cmd in self._commands.poll():
+            self._apply(cmd)
+
+    def _apply(self, cmd: Any) -> None:
+        if isinstance(cmd, protocol.Block):
+            if cmd.op:
+                self.blocked_ops.setdefault(cmd.op, cmd.reason)
+            if cmd.kernel and self._watch is not None:
+                self._watch.block(cmd.kernel, cmd.reason)
+        else:
+            self._queued.append(cmd)
 
     def pytest_runtest_logstart(self, nodeid: str, location: tuple) -> None:
         tid = self._tid_of(nodeid)
@@ -220,7 +291,7 @@ class RunState:
             return
         self.results[tid] = {"id": tid, "outcome": outcomes.PASS, "duration_s": 0.0,
                              "message": "", "detail": "", "data": {}}
-        self._emit({"event": "start", "id": tid, "t": time.time()})
+        self._emit(protocol.Started(tid, time.time()))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         tid = self._tid_of(report.nodeid)
@@ -231,6 +302,8 @@ class RunState:
         wasxfail = hasattr(report, "wasxfail")
         message, detail = _messages(report)
         phase = outcomes.classify_report(report.when, report.outcome, wasxfail, message)
+        if tid in self._blocked and report.when != "teardown":
+            phase, message, detail = outcomes.BLOCKED, self._blocked[tid], ""
         if report.when == "setup" and report.passed:
             return
         if report.when == "teardown":
@@ -246,27 +319,32 @@ class RunState:
         for key, value in report.user_properties:
             if key.startswith("torchfl."):
                 res["data"][key[len("torchfl."):]] = value
+        kernels = self._kernels.get(tid)
+        if kernels and phase in outcomes.BAD and "kernels" not in res["data"]:
+            res["data"]["kernels"] = kernels
 
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple) -> None:
         tid = self._tid_of(nodeid)
         if tid is None or tid not in self.results:
             return
-        self._emit({"event": "result", **self.results[tid]})
+        self._kernels.pop(tid, None)
+        self._blocked.pop(tid, None)
+        self._emit(protocol.Finished(**self.results[tid]))
 
     def _tid_of(self, nodeid: str) -> str | None:
         item = self._items.get(nodeid) if hasattr(self, "_items") else None
         if item is None:
             return None
-        return test_id(item)
+        return item_id(item)
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._items = {i.nodeid: i for i in session.items if is_suite_item(i)}
-        self.order = [test_id(i) for i in self._items.values()]  # after -k and level
+        self.order = [item_id(i) for i in self._items.values()]  # after -k and level
 
-    def _emit(self, payload: dict[str, Any]) -> None:
+    def _emit(self, msg: protocol.Event) -> None:
         if self.worker_fds is not None:
-            write_json_line(self.worker_fds[1], payload)
+            protocol.write(self.worker_fds[1], msg)
 
     # -- worker mode -------------------------------------------------------
     @pytest.hookimpl(tryfirst=True)
@@ -274,30 +352,28 @@ class RunState:
         if self.worker_fds is None:
             return None
         items = [i for i in session.items if is_suite_item(i)]
-        ids = [test_id(i) for i in items]
-        self._emit({
-            "event": "collected",
-            "ids": ids,
-            "sha": hashlib.sha256("\n".join(ids).encode()).hexdigest(),
-            "meta": {t: vars(self.meta[t]) for t in ids},
-            "deselected": self.deselected,
-            "stale": self.stale_expectations(),
-            "target": self.target.header(),
-            "host": host_info(),
-            "options": self.options(),
-            "pid": os.getpid(),
-        })
-        commands = os.fdopen(self.worker_fds[0], "r", encoding="utf-8")
-        for line in commands:
-            cmd = json.loads(line)
-            if cmd["cmd"] == "quit":
+        ids = [item_id(i) for i in items]
+        trace = kernel_watch.Trace(self.trace_path) if self.trace_path else None
+        self._watch = kernel_watch.Watch(self.target.device_type, trace,
+                                         kernel_watch.plugin_kernels(self.target.handle))
+        kernel_watch.install(self._watch)
+        self._commands = protocol.LineReader(self.worker_fds[0])
+        self._emit(protocol.Collected(
+            ids=ids, sha=hashlib.sha256("\n".join(ids).encode()).hexdigest(),
+            meta={t: vars(self.meta[t]) for t in ids}, deselected=self.deselected,
+            stale=self.stale_expectations(), target=self.target.header(), host=host_info(),
+            options=self.options(), pid=os.getpid()))
+        while True:
+            cmd = self._queued.pop(0) if self._queued else self._commands.next()
+            if cmd is None or isinstance(cmd, protocol.Quit):
                 break
-            start, stop = cmd["range"]
-            for k in range(start, stop):
-                nxt = items[k + 1] if k + 1 < stop else None
+            if not isinstance(cmd, protocol.Run):
+                self._apply(cmd)
+                continue
+            for k in range(cmd.start, cmd.stop):
+                nxt = items[k + 1] if k + 1 < cmd.stop else None
                 items[k].config.hook.pytest_runtest_protocol(item=items[k], nextitem=nxt)
-            self._emit({"event": "chunk_done", "range": [start, stop],
-                        "op_stats": _op_stats_rows()})
+            self._emit(protocol.ChunkDone(cmd.start, cmd.stop, _op_stats_rows()))
         return True
 
     # -- plain pytest mode -------------------------------------------------
@@ -344,6 +420,10 @@ def _messages(report: pytest.TestReport) -> tuple[str, str]:
 
 
 def _op_stats_rows() -> list[dict[str, Any]]:
-    from torch_fl_conformance import opstats
+    """The process's cumulative op statistics as report rows."""
+    import torch_fl
 
-    return opstats.rows()
+    fields = ("native", "decomposed", "cpu_fallback", "failed", "time_ns", "bytes_copied")
+    return [{"op": r.op, "dtype": r.dtype, **{f: getattr(r, f) for f in fields}}
+            for r in sorted(torch_fl.op_stats(), key=lambda r: (r.op, r.dtype))]
+

@@ -15,9 +15,7 @@ takes over the rest of the chunk, and the run goes on. A test still running
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import selectors
 import signal
 import subprocess
@@ -28,15 +26,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from torch_fl_conformance import outcomes
-from torch_fl_conformance.pytest_plugin import DEFAULT_SEED, DEFAULT_TIMEOUT, SUITE_DIR
+from torch_fl_conformance import kernel_watch, outcomes, protocol
+from torch_fl_conformance.session import (
+    DEFAULT_SEED,
+    DEFAULT_TIMEOUT,
+    SUITE_DIR,
+    evaluation_key,
+    op_of,
+)
 
-# Tests that share one evaluation (the checks of one op and dtype, of one model):
-# when one of them kills its worker, its siblings would too and are not re-run.
-_SHARED = re.compile(r"^(L1/test_opinfo\.py::test_op\[.+-[a-z0-9]+|L2/test_models\.py::"
-                     r"test_model\[.+)-[a-z_]+\]$")
-GRACE_S = 20.0  # beyond the per-test limit before the runner kills the worker
 MAX_RESTARTS = 200
+
+
+def grace_s(timeout: float) -> float:
+    """How long past its limit a test may run before the runner kills its worker:
+    pytest-timeout gets this long to stop a test stuck in Python (between 5 and 20 s)."""
+    return min(20.0, max(5.0, timeout))
 
 
 class RunError(Exception):
@@ -55,7 +60,7 @@ class RunConfig:
     timeout: float = DEFAULT_TIMEOUT
     ops: str | None = None
     models: str | None = None
-    samples: int = 3
+    samples: int | None = None
     pytest_args: list[str] = field(default_factory=list)
     progress: IO[str] = sys.stdout
 
@@ -63,8 +68,9 @@ class RunConfig:
         args = [
             "--torchfl-plugin", self.plugin, "--torchfl-level", self.level,
             "--torchfl-seed", str(self.seed), "--torchfl-timeout", str(self.timeout),
-            "--torchfl-samples", str(self.samples),
         ]
+        if self.samples is not None:
+            args += ["--torchfl-samples", str(self.samples)]
         if self.expectations:
             args += ["--torchfl-expectations", os.path.abspath(self.expectations)]
         if self.certify:
@@ -86,45 +92,41 @@ class Worker:
         env["PYTHONFAULTHANDLER"] = "1"  # a crash leaves the Python stack in the log
         env.setdefault("TORCH_FL_FALLBACK", "silent")
         self.log_path = log_dir / f"worker-{number}.log"
+        self.trace_path = str(log_dir / f"worker-{number}.trace")
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the worker
         cmd = [
             sys.executable, "-m", "pytest", str(SUITE_DIR),
             "-c", str(SUITE_DIR / "pytest.ini"), "--rootdir", str(SUITE_DIR),
             "-p", "no:cacheprovider", "-q", "--no-header",
-            "--torchfl-worker", f"{cmd_r},{ev_w}",
+            "--torchfl-worker", f"{cmd_r},{ev_w},{self.trace_path}",
             *_plugin_arg(), *cfg.worker_args(),
         ]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, pass_fds=(cmd_r, ev_w), env=env)
         os.close(cmd_r)
         os.close(ev_w)
-        self.commands = os.fdopen(cmd_w, "w", encoding="utf-8", buffering=1)
+        self.commands = cmd_w
         self.events = ev_r
-        self.buffer = b""
-        self.collected: dict[str, Any] | None = None
+        self.reader = protocol.LineReader(ev_r)
+        self.collected: protocol.Collected | None = None
         self.chunk: tuple[int, int] | None = None
+        self.quitting = False
         self.current: tuple[str, float] | None = None
-        self.done_in_chunk: set[int] = set()
         self.op_stats: list[dict[str, Any]] = []
-        self.alive = True
 
-    def send(self, payload: dict[str, Any]) -> None:
+    @property
+    def alive(self) -> bool:
+        return not self.reader.closed
+
+    def send(self, msg: protocol.Command) -> None:
         try:
-            self.commands.write(json.dumps(payload) + "\n")
-        except (BrokenPipeError, ValueError):
+            protocol.write(self.commands, msg)
+        except (BrokenPipeError, OSError):
             pass
 
-    def read_events(self) -> list[dict[str, Any]]:
-        try:
-            data = os.read(self.events, 1 << 20)
-        except OSError:
-            data = b""
-        if not data:
-            self.alive = False
-            return []
-        self.buffer += data
-        *lines, self.buffer = self.buffer.split(b"\n")
-        return [json.loads(line) for line in lines if line.strip()]
+    def running_kernels(self) -> list[str]:
+        """The plugin kernels this worker had entered and never seen finish."""
+        return kernel_watch.running(kernel_watch.Trace.read(self.trace_path))
 
     def log_tail(self, lines: int = 25) -> str:
         try:
@@ -135,15 +137,11 @@ class Worker:
         return "\n".join(text.splitlines()[-lines:])
 
     def close(self) -> None:
-        for f in (self.commands,):
+        for fd in (self.commands, self.events):
             try:
-                f.close()
+                os.close(fd)
             except OSError:
                 pass
-        try:
-            os.close(self.events)
-        except OSError:
-            pass
         self.log.close()
 
 
@@ -213,11 +211,6 @@ class Progress:
             self.out.write("\n")
 
 
-def _evaluation_key(tid: str) -> str:
-    m = _SHARED.match(tid)
-    return m.group(1) if m else tid
-
-
 def chunks(ids: list[str], size: int) -> list[tuple[int, int]]:
     """[start, stop) ranges of about `size` tests; tests that share one evaluation
     stay in one chunk, so no worker repeats another's op_db evaluation."""
@@ -225,7 +218,7 @@ def chunks(ids: list[str], size: int) -> list[tuple[int, int]]:
     start = 0
     while start < len(ids):
         stop = min(len(ids), start + size)
-        while stop < len(ids) and _evaluation_key(ids[stop]) == _evaluation_key(ids[stop - 1]):
+        while stop < len(ids) and evaluation_key(ids[stop]) == evaluation_key(ids[stop - 1]):
             stop += 1
         out.append((start, stop))
         start = stop
@@ -237,13 +230,14 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     report_dir = Path(cfg.report_dir)
     log_dir = report_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    for old in log_dir.glob("worker-*.log"):
+    for old in (*log_dir.glob("worker-*.log"), *log_dir.glob("worker-*.trace")):
         old.unlink()
     started = time.time()
     jobs = max(1, cfg.jobs)
     sel = selectors.DefaultSelector()
     workers: list[Worker] = []
     next_number = [0]
+    blocks: list[protocol.Block] = []  # sent to every worker, present and future
 
     def spawn() -> Worker:
         w = Worker(cfg, next_number[0], log_dir)
@@ -254,13 +248,12 @@ def run(cfg: RunConfig) -> dict[str, Any]:
 
     first = spawn()
     collected = _wait_collected(first, sel)
-    ids: list[str] = collected["ids"]
-    meta: dict[str, dict[str, Any]] = collected["meta"]
+    ids = collected.ids
+    meta = collected.meta
     print(_header_line(collected), file=cfg.progress, flush=True)
-    if collected["stale"]:
-        for e in collected["stale"]:
-            print(f"warning: stale expectation ({e['kind']}) matches no test: {e['id']}",
-                  file=cfg.progress, flush=True)
+    for e in collected.stale:
+        print(f"warning: stale expectation ({e['kind']}) matches no test: {e['id']}",
+              file=cfg.progress, flush=True)
     for _ in range(min(jobs, max(1, len(ids))) - 1):
         spawn()
 
@@ -270,7 +263,28 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     progress = Progress(cfg.progress, len(ids))
     restarts = 0
     op_stats_done: list[list[dict[str, Any]]] = []
-    hard_limit = cfg.timeout + GRACE_S
+    hard_limit = cfg.timeout + grace_s(cfg.timeout)
+
+    def record(tid: str, outcome: str, t0: float, message: str, detail: str = "",
+               data: dict[str, Any] | None = None) -> None:
+        results[tid] = {"id": tid, "outcome": outcome, "duration_s": round(time.time() - t0, 3),
+                        "message": message, "detail": detail, "data": data or {}}
+        progress.result(results[tid])
+
+    def block_after(tid: str, kernels: list[str], how: str) -> None:
+        """A test did not come back: its operator's remaining tests, and every later
+        entry into the kernel it was in (when the trace names exactly one), are BLOCKED."""
+        op = op_of(tid) or ""
+        kernel = kernels[0] if len(kernels) == 1 else ""
+        if not op and not kernel:
+            return
+        what = " and ".join(x for x in (f"kernel {kernel}" if kernel else "",
+                                       f"operator {op}" if op else "") if x)
+        reason = f"not run: {tid} {how} ({what}); one hang costs one time limit"
+        blk = protocol.Block(op=op, kernel=kernel, by=tid, reason=reason)
+        blocks.append(blk)
+        for other in workers:
+            other.send(blk)
 
     def finish_worker(w: Worker, outcome: str | None, why: str) -> None:
         """A worker is gone: charge the running test, requeue the rest of its chunk."""
@@ -283,23 +297,21 @@ def run(cfg: RunConfig) -> dict[str, Any]:
             start, stop = w.chunk
             if w.current is not None and outcome is not None:
                 tid, t0 = w.current
-                results[tid] = {
-                    "id": tid, "outcome": outcome, "duration_s": round(time.time() - t0, 3),
-                    "message": why, "detail": w.log_tail(), "data": {},
-                }
-                progress.result(results[tid])
-            if w.current is not None and outcome == outcomes.CRASH:
-                shared = _SHARED.match(w.current[0])
-                for k in range(start, stop):
-                    sib = _SHARED.match(ids[k])
-                    if ids[k] not in results and shared and sib and \
-                            sib.group(1) == shared.group(1):
-                        results[ids[k]] = {
-                            "id": ids[k], "outcome": outcomes.CRASH, "duration_s": 0.0,
-                            "message": f"not re-run: it shares its evaluation with "
-                                       f"{w.current[0]}, which crashed the worker",
-                            "detail": "", "data": {}}
-                        progress.result(results[ids[k]])
+                kernels = w.running_kernels()
+                data = {"kernels": {"running": kernels}} if kernels else {}
+                if kernels:
+                    why += f"; in the plugin's kernel(s) {', '.join(kernels)}"
+                record(tid, outcome, t0, why, w.log_tail(), data)
+                if outcome == outcomes.TIMEOUT:
+                    block_after(tid, kernels, "did not return within its time limit")
+                else:
+                    shared = evaluation_key(tid)
+                    for k in range(start, stop):
+                        if ids[k] not in results and ids[k] != tid and \
+                                evaluation_key(ids[k]) == shared != ids[k]:
+                            record(ids[k], outcomes.CRASH, time.time(),
+                                   f"not re-run: it shares its evaluation with {tid}, "
+                                   "which crashed the worker", data=data)
             rest = [k for k in range(start, stop) if ids[k] not in results]
             if rest:
                 pending.appendleft((rest[0], stop))
@@ -312,38 +324,37 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     try:
         while workers:
             for w in workers:
-                if w.chunk is None and w.collected is not None and w.alive:
+                if w.chunk is None and w.collected is not None and w.alive and not w.quitting:
                     if pending:
                         w.chunk = pending.popleft()
-                        w.done_in_chunk = set()
-                        w.send({"cmd": "run", "range": list(w.chunk)})
+                        w.send(protocol.Run(*w.chunk))
                     else:
-                        w.send({"cmd": "quit"})
-                        w.chunk = (-1, -1)  # quitting
+                        w.send(protocol.Quit())
+                        w.quitting = True
             for key, _ in sel.select(timeout=0.5):
                 w = key.data
-                for ev in w.read_events():
-                    kind = ev["event"]
-                    if kind == "collected":
-                        if ev["sha"] != collected["sha"]:
+                for ev in w.reader.read():
+                    if isinstance(ev, protocol.Collected):
+                        if ev.sha != collected.sha:
                             raise RunError(
                                 "workers collected different test lists; the suite's collection "
                                 "must be deterministic (check --torchfl-ops/--torchfl-models)"
                             )
                         w.collected = ev
-                    elif kind == "start":
-                        w.current = (ev["id"], ev["t"])
-                    elif kind == "result":
-                        ev.pop("event")
-                        results[ev["id"]] = ev
+                        for blk in blocks:
+                            w.send(blk)
+                    elif isinstance(ev, protocol.Started):
+                        w.current = (ev.id, ev.t)
+                    elif isinstance(ev, protocol.Finished):
+                        results[ev.id] = ev.result()
                         w.current = None
-                        progress.result(ev)
-                    elif kind == "chunk_done":
+                        progress.result(results[ev.id])
+                    elif isinstance(ev, protocol.ChunkDone):
                         w.chunk = None
-                        w.op_stats = ev["op_stats"]
+                        w.op_stats = ev.op_stats
                 if not w.alive:
                     code = w.proc.wait()
-                    if w.chunk == (-1, -1):
+                    if w.quitting:
                         if w.op_stats:
                             op_stats_done.append(w.op_stats)
                         sel.unregister(w.events)
@@ -385,31 +396,31 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     from torch_fl_conformance.report.write import write_all
 
     report = build_report(
-        target=collected["target"], host=collected["host"], options=collected["options"],
-        tests=tests, op_stats=merge_op_stats(op_stats_done), stale=collected["stale"],
-        started=started, finished=time.time(), deselected=collected["deselected"],
+        target=collected.target, host=collected.host, options=collected.options,
+        tests=tests, op_stats=merge_op_stats(op_stats_done), stale=collected.stale,
+        started=started, finished=time.time(), deselected=collected.deselected,
         workers=jobs, restarts=restarts,
     )
     report["files"] = write_all(report, str(report_dir))
     return report
 
 
-def _header_line(c: dict[str, Any]) -> str:
-    t, h, o = c["target"], c["host"], c["options"]
+def _header_line(c: protocol.Collected) -> str:
+    t, h, o = c.target, c.host, c.options
     return (
         f"torchfl-conformance {h['suite']}: {t['plugin_name']} {t['version']} by {t['vendor']} "
         f"as '{t['device_type']}' (ABI {t['abi']}, {t['device_count']} device(s), capabilities: "
         f"{', '.join(t['capabilities']) or 'none'}); torch {h['torch']}, torch-fl "
         f"{h['torch_fl']}; level <= {o['level']}, seed {o['seed']}, "
-        f"{len(c['ids'])} tests"
+        f"{len(c.ids)} tests"
     )
 
 
-def _wait_collected(w: Worker, sel: selectors.BaseSelector) -> dict[str, Any]:
+def _wait_collected(w: Worker, sel: selectors.BaseSelector) -> protocol.Collected:
     while True:
         for key, _ in sel.select(timeout=1.0):
-            for ev in key.data.read_events():
-                if ev["event"] == "collected":
+            for ev in key.data.reader.read():
+                if isinstance(ev, protocol.Collected):
                     w.collected = ev
                     return ev
         if not w.alive or w.proc.poll() is not None:

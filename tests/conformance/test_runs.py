@@ -18,8 +18,8 @@ import pytest
 import tomllib
 from conftest import ROOT, cli_env, load_report, outcomes_of, run_cli
 from torch_fl_conformance.expectations import Expectations
-from torch_fl_conformance.pytest_plugin import SUITE_DIR
 from torch_fl_conformance.report.schema import validate
+from torch_fl_conformance.session import SUITE_DIR
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from conftest import cli_env
 from torch_fl_conformance.expectations import Expectations
-from torch_fl_conformance.pytest_plugin import SUITE_DIR
 from torch_fl_conformance.run_state import RunState
+from torch_fl_conformance.session import SUITE_DIR
 
 
 class _Mark:

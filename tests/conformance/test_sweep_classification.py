@@ -199,25 +199,25 @@ def test_bf16_wrong_gradient_still_fails(device: str) -> None:
     assert ev.grad_wrong and "elements outside" in ev.grad_wrong, ev
 
 
-# The sweep's op statistics: per scope, and cumulative for the report.
+# The suite's use of the bridge's op statistics: a scope counts its block, scopes
+# nest (a test's scope holds the sweep's), and op_stats() stays cumulative.
 
-def test_opstats_scope_counts_its_block_and_rows_stay_cumulative(device: str) -> None:
-    from torch_fl_conformance import opstats
-
-    def calls(rows: Any, op: str) -> int:
-        return sum(r["native"] + r["decomposed"] + r["cpu_fallback"] for r in rows
-                   if r["op"] == op and r["dtype"] == "float32")
+def test_op_stats_scopes_nest_and_op_stats_stays_cumulative(device: str) -> None:
+    def calls(table: Any) -> int:
+        return table.get("aten::mul.Tensor", "float32").calls
 
     x = torch.ones(4, device=device)
-    before = calls(opstats.rows(), "aten::mul.Tensor")
+    before = calls(torch_fl.op_stats())
     torch.mul(x, x)  # outside any scope
-    with opstats.scope() as s:
+    with torch_fl.op_stats_scope() as outer:
         torch.mul(x, x)
-        torch.mul(x, x)
-    inside = {(r.op, r.dtype): r.calls for r in s.table}
-    assert inside.get(("aten::mul.Tensor", "float32")) == 2, inside
+        with torch_fl.op_stats_scope() as inner:
+            torch.mul(x, x)
+            torch.mul(x, x)
+    assert calls(inner.table) == 2, list(inner.table)
+    assert calls(outer.table) == 3, list(outer.table)
     torch.mul(x, x)
-    assert calls(opstats.rows(), "aten::mul.Tensor") == before + 4
+    assert calls(torch_fl.op_stats()) == before + 5
 
 
 # Unstable sorts: the order of equal elements is the implementation's.

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from torch_fl_conformance import opinfo_sweep
-from torch_fl_conformance.pytest_plugin import KEY, per_test_seed
+from torch_fl_conformance.session import KEY, per_test_seed
 
 CHECKS = {"runs": "TFL-OPS-001", "output": "TFL-OPS-002", "grad": "TFL-OPS-003"}
 
@@ -36,7 +36,7 @@ def test_op(case: opinfo_sweep.Case, check: str, target: Any, device: str, run_s
         record("opinfo", {"op": case.op, "dtype": case.dtype, "class": "unsupported",
                           "check": check})
         pytest.skip(f"{missing} not advertised by {target.plugin_name}")
-    ev = opinfo_sweep.evaluate(case, device, run_state.samples,
+    ev = opinfo_sweep.evaluate(case, device, run_state.samples or 3,
                                per_test_seed(run_state.seed, case.id),
                                capabilities=frozenset(target.capabilities))
     record("opinfo", {**ev.to_dict(), "check": check})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from torch_fl_conformance.pytest_plugin import selected_models
+from torch_fl_conformance.session import selected_models
 
 CHECKS = {"parity": "TFL-TRAIN-001", "no_fallback": "TFL-TRAIN-002", "amp": "TFL-TRAIN-003"}
 _ZOO_ERROR: list[str] = []

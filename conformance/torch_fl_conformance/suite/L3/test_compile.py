@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
-from torch_fl_conformance.pytest_plugin import selected_models
+from torch_fl_conformance.session import selected_models
 
 CHECKS = {"parity": "TFL-COMPILE-001", "peak_memory": "TFL-COMPILE-002"}
 MEMORY_SLACK = 1.05
