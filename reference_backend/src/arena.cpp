@@ -110,7 +110,7 @@ void* Arena::allocate(uint64_t size) {
   return device_map_ + offset;
 }
 
-void Arena::free(void* ptr) {
+void Arena::free(void* ptr, bool leak) {
   if (!owns(ptr)) invalid_argument(ptr, " is not a device address of device ", device_);
   const uint64_t offset = reinterpret_cast<uintptr_t>(ptr) - device_base_;
   uint64_t size = 0;
@@ -122,6 +122,7 @@ void Arena::free(void* ptr) {
                        " (freed twice, or not the start of an allocation)");
     size = it->second;
     allocated_.erase(it);
+    if (leak) return;
     allocated_bytes_ -= size;
   }
   // The range is neither allocated nor free here, so nobody can be handed it

@@ -31,7 +31,8 @@ class Arena {
   // range fits; TFL_ERR_INVALID_ARGUMENT for size 0.
   void* allocate(uint64_t size);
   // Throws TFL_ERR_INVALID_ARGUMENT for a pointer this arena did not hand out.
-  void free(void* ptr);
+  // With `leak` the allocation is forgotten but its bytes stay in use.
+  void free(void* ptr, bool leak = false);
 
   uint64_t capacity() const { return capacity_; }
   uint64_t free_bytes() const;

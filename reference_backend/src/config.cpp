@@ -8,6 +8,7 @@
 #include <map>
 
 #include "errors.h"
+#include "faults.h"
 
 namespace flemu {
 
@@ -17,7 +18,7 @@ bool Config::operator==(const Config& o) const {
          sanitize_us == o.sanitize_us && sanitize_seed == o.sanitize_seed &&
          sanitize_seed_set == o.sanitize_seed_set && inject_error_op == o.inject_error_op &&
          inject_error_code == o.inject_error_code && inject_error_async == o.inject_error_async &&
-         inject_crash_op == o.inject_crash_op;
+         inject_crash_op == o.inject_crash_op && faults == o.faults;
 }
 
 namespace {
@@ -140,6 +141,8 @@ const std::map<std::string, Setter>& setters() {
       {"FLEMU_INJECT_ERROR", parse_inject_error},
       {"FLEMU_INJECT_CRASH",
        [](const std::string&, const std::string& v, Config* c) { c->inject_crash_op = v; }},
+      {"FLEMU_FAULT",
+       [](const std::string& k, const std::string& v, Config* c) { c->faults = parse_faults(k, v); }},
   };
   return table;
 }
@@ -159,7 +162,7 @@ Config load_config(const char* const* keys, const char* const* values, size_t nu
     if (it == setters().end()) continue;
     const std::string value = values[i] != nullptr ? values[i] : "";
     if (value.empty()) {
-      // An explicit empty option switches the injections off; elsewhere it is an error.
+      // An explicit empty option switches the injections and faults off; elsewhere it is an error.
       if (it->first == "FLEMU_INJECT_ERROR") {
         cfg.inject_error_op.clear();
         cfg.inject_error_code = 0;
@@ -168,6 +171,10 @@ Config load_config(const char* const* keys, const char* const* values, size_t nu
       }
       if (it->first == "FLEMU_INJECT_CRASH") {
         cfg.inject_crash_op.clear();
+        continue;
+      }
+      if (it->first == "FLEMU_FAULT") {
+        cfg.faults = 0;
         continue;
       }
     }

@@ -24,6 +24,7 @@ struct Config {
   int32_t inject_error_code = 0;
   bool inject_error_async = false;
   std::string inject_crash_op;
+  uint64_t faults = 0;  // FaultSet (faults.h)
 
   bool operator==(const Config& other) const;
   bool operator!=(const Config& other) const { return !(*this == other); }

@@ -10,6 +10,7 @@
 
 #include "comm/api.h"
 #include "errors.h"
+#include "faults.h"
 #include "graph/graph_api.h"
 #include "kernels/registry.h"
 #include "runtime.h"
@@ -89,7 +90,11 @@ TFL_Error* Plugin_Initialize(TFL_Plugin_Initialize_Args* args) {
       invalid_argument("already initialized with a different configuration; call Plugin_Shutdown first");
     }
     configure_kernels(cfg);
-    set_runtime(new Runtime(std::move(cfg), args->host));
+    set_active_faults(cfg.faults);
+    auto* rt = new Runtime(std::move(cfg), args->host);
+    if (rt->config().faults != 0)
+      rt->log(TFL_LOG_WARNING, cat("flemu: emulating a faulty device (FLEMU_FAULT=", fault_names(rt->config().faults), ")"));
+    set_runtime(rt);
   });
 }
 
@@ -100,6 +105,7 @@ TFL_Error* Plugin_Shutdown(TFL_Plugin_Shutdown_Args* args) {
     Runtime* rt = runtime_or_null();
     if (rt == nullptr) return;
     set_runtime(nullptr);
+    release_hung_work();  // FLEMU_FAULT=mm_hang: let the streams drain
     delete rt;
     ThreadPool::shutdown_instance();
   });
@@ -125,6 +131,11 @@ uint64_t capabilities(const Config& cfg) {
   return caps;
 }
 
+// FLEMU_FAULT=memory_overreport claims four times the real capacity.
+uint64_t reported_total(const Arena& arena) {
+  return fault_on(Fault::kMemoryOverreport) ? 4 * arena.capacity() : arena.capacity();
+}
+
 TFL_Error* Device_GetProperties(TFL_Device_GetProperties_Args* args) {
   return guarded("Device_GetProperties", [&] {
     FLEMU_CHECK_ARGS(args, TFL_Device_GetProperties_Args);
@@ -137,7 +148,7 @@ TFL_Error* Device_GetProperties(TFL_Device_GetProperties_Args* args) {
       std::memset(p->name, 0, sizeof(p->name));
       std::strncpy(p->name, "FL-2000 (emulated)", sizeof(p->name) - 1);
     }
-    if (TFL_HAS_FIELD(p, TFL_DeviceProperties, total_memory)) p->total_memory = dev.arena.capacity();
+    if (TFL_HAS_FIELD(p, TFL_DeviceProperties, total_memory)) p->total_memory = reported_total(dev.arena);
     if (TFL_HAS_FIELD(p, TFL_DeviceProperties, capabilities)) p->capabilities = capabilities(rt.config());
     if (TFL_HAS_FIELD(p, TFL_DeviceProperties, memory_alignment))
       p->memory_alignment = static_cast<uint32_t>(Arena::kAlignment);
@@ -156,7 +167,12 @@ TFL_Error* Device_Synchronize(TFL_Device_Synchronize_Args* args) {
   TFL_Error* async_error = nullptr;
   TFL_Error* err = guarded("Device_Synchronize", [&] {
     FLEMU_CHECK_ARGS(args, TFL_Device_Synchronize_Args);
-    async_error = runtime().synchronize_device(args->device);
+    Runtime& rt = runtime();
+    if (fault_on(Fault::kStreamSyncNoop)) {
+      rt.device(args->device);
+      return;
+    }
+    async_error = rt.synchronize_device(args->device);
   });
   return err != nullptr ? err : async_error;
 }
@@ -195,7 +211,8 @@ TFL_Error* Memory_Free(TFL_Memory_Free_Args* args) {
         invalid_argument(args->ptr, " belongs to device ", other->device(), ", not to device ", args->device);
       invalid_argument(args->ptr, " is not device memory of device ", args->device);
     }
-    dev.arena.free(args->ptr);
+    // FLEMU_FAULT=free_leaks: the allocation is forgotten, its bytes never come back.
+    dev.arena.free(args->ptr, /*leak=*/fault_on(Fault::kFreeLeaks));
   });
 }
 
@@ -204,7 +221,7 @@ TFL_Error* Memory_GetInfo(TFL_Memory_GetInfo_Args* args) {
     FLEMU_CHECK_ARGS(args, TFL_Memory_GetInfo_Args);
     Arena& arena = runtime().device(args->device).arena;
     args->free_bytes = arena.free_bytes();
-    args->total_bytes = arena.capacity();
+    args->total_bytes = reported_total(arena);
   });
 }
 
@@ -312,16 +329,23 @@ TFL_Error* Memory_Copy(TFL_Memory_Copy_Args* args) {
     if (stream.device() != stream_device)
       invalid_argument("a ", copy_kind_name(args->kind), " copy must run on a stream of device ", stream_device,
                        ", but the stream belongs to device ", stream.device());
+    // FLEMU_FAULT=peer_copy_corrupt: across devices the last byte arrives with its lowest bit flipped.
+    const bool corrupt = args->kind == TFL_COPY_PEER && args->src_device != args->dst_device &&
+                         fault_on(Fault::kPeerCopyCorrupt);
+    auto move = [dst, src, size, corrupt] {
+      std::memmove(dst, src, size);
+      if (corrupt) dst[size - 1] ^= 1;
+    };
     // Pageable host memory is only safe while the caller waits.
     const bool blocking = args->blocking != 0 || (touches_host && !host_pinned);
     if (!blocking) {
-      stream.submit("Memory_Copy", [dst, src, size] { std::memmove(dst, src, size); });
+      stream.submit("Memory_Copy", move);
       return;
     }
     // The host never enqueues on one stream from two threads at once, so an
     // idle stream stays idle while the calling thread copies.
-    if (stream.idle()) std::memmove(dst, src, size);
-    else stream.wait(stream.submit("Memory_Copy", [dst, src, size] { std::memmove(dst, src, size); }));
+    if (stream.idle()) move();
+    else stream.wait(stream.submit("Memory_Copy", move));
     async_error = stream.take_error();
   });
   return err != nullptr ? err : async_error;
@@ -401,6 +425,7 @@ TFL_Error* Stream_Synchronize(TFL_Stream_Synchronize_Args* args) {
     FLEMU_CHECK_ARGS(args, TFL_Stream_Synchronize_Args);
     runtime();
     Stream& stream = stream_from_handle(args->stream);
+    if (fault_on(Fault::kStreamSyncNoop)) return;
     stream.wait_idle();
     async_error = stream.take_error();
   });
@@ -462,7 +487,9 @@ TFL_Error* Event_Synchronize(TFL_Event_Synchronize_Args* args) {
   TFL_Error* err = guarded("Event_Synchronize", [&] {
     FLEMU_CHECK_ARGS(args, TFL_Event_Synchronize_Args);
     runtime();
-    async_error = event_from_handle(args->event, "event").synchronize();
+    Event& event = event_from_handle(args->event, "event");
+    if (fault_on(Fault::kEventEarly)) return;  // FLEMU_FAULT=event_early
+    async_error = event.synchronize();
   });
   return err != nullptr ? err : async_error;
 }
@@ -471,7 +498,8 @@ TFL_Error* Event_Query(TFL_Event_Query_Args* args) {
   return guarded("Event_Query", [&] {
     FLEMU_CHECK_ARGS(args, TFL_Event_Query_Args);
     runtime();
-    args->complete = event_from_handle(args->event, "event").query() ? 1 : 0;
+    Event& event = event_from_handle(args->event, "event");
+    args->complete = fault_on(Fault::kEventEarly) || event.query() ? 1 : 0;
   });
 }
 

@@ -4,54 +4,24 @@ strict mode, fault injection and what the library links and exports."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from abi_programs import describe, run
 
 import flemu
 
-TESTS = Path(__file__).resolve().parent
-INCLUDE = TESTS.parents[1] / "sdk" / "include"
-SOURCE = TESTS / "runtime_check.cpp"
-
 
 @pytest.fixture(scope="session")
-def library() -> str:
-    return flemu.library_path()
-
-
-@pytest.fixture(scope="session")
-def runtime_check(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    compiler = shutil.which("g++")
-    if compiler is None:
-        pytest.fail("g++ is needed to build tests/runtime_check.cpp")
-    binary = tmp_path_factory.mktemp("runtime_check") / "runtime_check"
-    cmd = [compiler, "-std=c++17", "-O1", "-Wall", "-Wextra", f"-I{INCLUDE}", str(SOURCE), "-o", str(binary),
-           "-ldl", "-pthread"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    assert proc.returncode == 0, f"building runtime_check failed ({' '.join(cmd)}):\n{proc.stderr}"
-    assert proc.stderr == "", f"runtime_check builds with warnings:\n{proc.stderr}"
-    return binary
-
-
-def run(binary: Path, library: str, mode: str = "all", env: dict[str, str] | None = None,
-        timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Runs runtime_check with a clean FLEMU_* environment plus `env`."""
-    child_env = {k: v for k, v in os.environ.items() if not k.startswith("FLEMU_")}
-    child_env.update(env or {})
-    return subprocess.run([str(binary), library, mode], capture_output=True, text=True, env=child_env,
-                          timeout=timeout)
-
-
-def describe(proc: subprocess.CompletedProcess[str]) -> str:
-    return f"exit status {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+def runtime_check(build_program: Callable[[str], Path]) -> Path:
+    return build_program("runtime_check")
 
 
 CONFIGS = {

@@ -147,7 +147,15 @@ TFL_Error* kernel_gelu_backward(const TFL_Kernel_Args* args) {
   // gelu_backward(grad_output, self, *, approximate)
   return run_kernel(args, kGeluBackward, [&](Launch& L) {
     const Approx approx = gelu_approximate(L, 2);
-    launch_float_binary(L, "gelu_backward", [approx](auto g, auto x) { return gelu_grad(g, x, approx); });
+    // FLEMU_FAULT=gelu_backward_scaled: a gradient 2% too large.
+    const double scale = L.faulty(Fault::kGeluBackwardScaled) ? 1.02 : 1.0;
+    if (scale == 1.0) {
+      launch_float_binary(L, "gelu_backward", [approx](auto g, auto x) { return gelu_grad(g, x, approx); });
+      return;
+    }
+    launch_float_binary(L, "gelu_backward", [approx, scale](auto g, auto x) {
+      return gelu_grad(g, x, approx) * static_cast<decltype(x)>(scale);
+    });
   });
 }
 

@@ -47,6 +47,37 @@ void copy_convert(const LoopPlan& plan) {
   });
 }
 
+void enqueue_copy(const Launch& L, const LoopPlan& plan, const TensorArg& self, const TensorArg& src);
+
+// FLEMU_FAULT=peer_copy_corrupt: a copy from another device arrives with the
+// lowest bit of its last byte flipped.
+void enqueue_corrupting_peer_copy(const Launch& L, const LoopPlan& plan, const TensorArg& self, const TensorArg& src) {
+  int64_t last = 0;
+  for (int32_t d = 0; d < self.ndim; ++d) last += (self.sizes[d] - 1) * self.strides[d];
+  char* const last_byte = self.data + (last + 1) * self.itemsize - 1;
+  enqueue_copy(L, plan, self, src);
+  L.enqueue([last_byte] { *last_byte ^= 1; });
+}
+
+void enqueue_copy(const Launch& L, const LoopPlan& plan, const TensorArg& self, const TensorArg& src) {
+  if (self.dtype == src.dtype) {
+    switch (self.itemsize) {
+      case 1: L.enqueue([plan] { copy_bytes<uint8_t>(plan); }); break;
+      case 2: L.enqueue([plan] { copy_bytes<uint16_t>(plan); }); break;
+      case 4: L.enqueue([plan] { copy_bytes<uint32_t>(plan); }); break;
+      default: L.enqueue([plan] { copy_bytes<uint64_t>(plan); }); break;
+    }
+    return;
+  }
+  dispatch_dtype(self.dtype, [&](auto to_tag) {
+    dispatch_dtype(src.dtype, [&](auto from_tag) {
+      using To = typename decltype(to_tag)::type;
+      using From = typename decltype(from_tag)::type;
+      L.enqueue([plan] { copy_convert<To, From>(plan); });
+    });
+  });
+}
+
 }  // namespace
 
 TFL_Error* kernel_copy(const TFL_Kernel_Args* args) {
@@ -60,25 +91,16 @@ TFL_Error* kernel_copy(const TFL_Kernel_Args* args) {
     const char* names[] = {"self", "src"};
     const LoopPlan plan = make_loop(ops, 2, names);
     if (plan.numel == 0) return;
+    if (src.device != self.device && fault_on(Fault::kPeerCopyCorrupt)) {
+      enqueue_corrupting_peer_copy(L, plan, self, src);
+      return;
+    }
     if (self.dtype == src.dtype) {
       if (self.data == src.data && plan.strides[0][plan.ndim - 1] == plan.strides[1][plan.ndim - 1] &&
           std::memcmp(plan.strides[0], plan.strides[1], sizeof(int64_t) * static_cast<size_t>(plan.ndim)) == 0)
         return;  // copying a view onto itself
-      switch (self.itemsize) {
-        case 1: L.enqueue([plan] { copy_bytes<uint8_t>(plan); }); break;
-        case 2: L.enqueue([plan] { copy_bytes<uint16_t>(plan); }); break;
-        case 4: L.enqueue([plan] { copy_bytes<uint32_t>(plan); }); break;
-        default: L.enqueue([plan] { copy_bytes<uint64_t>(plan); }); break;
-      }
-      return;
     }
-    dispatch_dtype(self.dtype, [&](auto to_tag) {
-      dispatch_dtype(src.dtype, [&](auto from_tag) {
-        using To = typename decltype(to_tag)::type;
-        using From = typename decltype(from_tag)::type;
-        L.enqueue([plan] { copy_convert<To, From>(plan); });
-      });
-    });
+    enqueue_copy(L, plan, self, src);
   });
 }
 

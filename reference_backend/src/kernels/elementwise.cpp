@@ -3,8 +3,11 @@
 // op flemu::scale_add with its backward.
 #include <cmath>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "elementwise_ops.h"
+#include "map_loop.h"
 #include "launch.h"
 #include "loop.h"
 #include "registry.h"
@@ -90,12 +93,34 @@ C apply_bin(Bin kind, C a, C b, C alpha) {
   return a;
 }
 
+// FLEMU_FAULT=fp64_computed_in_fp32: float64 arithmetic done in float32.
+template <Bin kind>
+void enqueue_fp64_in_fp32(const Launch& L, const LoopPlan& plan, bool scalar_other, const ScalarArg& other,
+                          const ScalarArg& alpha) {
+  const float al = alpha.as<float>(), s = other.as<float>();
+  if (scalar_other)
+    L.enqueue([plan, al, s] {
+      map_loop<double, double>(plan, [al, s](double a) { return double{apply_bin<float>(kind, float(a), s, al)}; });
+    });
+  else
+    L.enqueue([plan, al] {
+      map_loop<double, double, double>(
+          plan, [al](double a, double b) { return double{apply_bin<float>(kind, float(a), float(b), al)}; });
+    });
+}
+
 // The typed path: self, other and out share dtype T.
 template <class T, Bin kind>
 void enqueue_typed_binary(const Launch& L, const LoopPlan& plan, bool scalar_other, const ScalarArg& other,
                           const ScalarArg& alpha) {
   using C = compute_t<T>;
   const C al = alpha.as<C>();
+  if constexpr (std::is_same_v<T, double>) {
+    if (L.faulty(Fault::kFp64ComputedInFp32)) {
+      enqueue_fp64_in_fp32<kind>(L, plan, scalar_other, other, alpha);
+      return;
+    }
+  }
   if constexpr (kind == Bin::Div && !is_floating_v<T>) {
     invalid_argument("true division needs a floating output dtype");
   } else if (scalar_other) {
@@ -190,11 +215,52 @@ ScalarArg int_scalar(int64_t v) {
   return s;
 }
 
+// FLEMU_FAULT=add_inplace_aliasing: the output doubles as the accumulator.
+// Pass 1 stores alpha * other into it from the last element to the first,
+// pass 2 adds self from the first to the last. With a separate output that
+// is exact; when the output is self, pass 1 has overwritten self already.
+void enqueue_add_accumulating_in_output(const Launch& L, const TensorArg& out, const TensorArg& self,
+                                        const TensorArg& other, const ScalarArg& alpha) {
+  const LoopPlan plan = plan_of(out, self, other);
+  if (plan.numel == 0) return;
+  const bool floating = dtype_is_floating(out.dtype);
+  const int32_t od = out.dtype, sd = self.dtype, bd = other.dtype;
+  const double al = alpha.to_double();
+  const int64_t ali = alpha.to_int();
+  L.enqueue([plan, floating, od, sd, bd, al, ali] {
+    // Runs within one task: the walk order below is the bug, not the thread pool's.
+    std::vector<std::pair<char*, const char*>> pass1;
+    for_each_run(plan, 0, plan.numel, [&](char* const* ptr, const int64_t* st, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) pass1.emplace_back(ptr[0] + i * st[0], ptr[2] + i * st[2]);
+    });
+    for (auto it = pass1.rbegin(); it != pass1.rend(); ++it) {
+      if (floating) storer_f64(od)(it->first, al * loader_f64(bd)(it->second));
+      else storer_i64(od)(it->first, mul_wrap<int64_t>(ali, loader_i64(bd)(it->second)));
+    }
+    for_each_run(plan, 0, plan.numel, [&](char* const* ptr, const int64_t* st, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) {
+        char* o = ptr[0] + i * st[0];
+        const char* a = ptr[1] + i * st[1];
+        if (floating) storer_f64(od)(o, loader_f64(od)(o) + loader_f64(sd)(a));
+        else storer_i64(od)(o, add_wrap<int64_t>(loader_i64(od)(o), loader_i64(sd)(a)));
+      }
+    });
+  });
+}
+
 TFL_Error* binary_tensor(const TFL_Kernel_Args* args, int32_t id, Bin kind) {
   return run_kernel(args, id, [&](Launch& L) {
     const TensorArg out = L.output(0, "out");
     const bool has_alpha = kind == Bin::Add || kind == Bin::Sub;
-    const ScalarArg alpha = has_alpha ? L.scalar_or(2, 1, "alpha") : int_scalar(1);
+    ScalarArg alpha = has_alpha ? L.scalar_or(2, 1, "alpha") : int_scalar(1);
+    if (L.faulty(Fault::kAddIgnoresAlpha)) alpha = int_scalar(1);
+    if (L.faulty(Fault::kMulOutIgnored) && L.variant() == TFL_VARIANT_OUT) return;
+    ScalarArg unused;
+    if (L.faulty(Fault::kAddInplaceAliasing) && L.variant() == TFL_VARIANT_INPLACE && !L.host_scalar(1, &unused) &&
+        !L.host_scalar(0, &unused)) {
+      enqueue_add_accumulating_in_output(L, out, L.input_tensor(0, "self"), L.input_tensor(1, "other"), alpha);
+      return;
+    }
     // Host scalars (TFL_KERNEL_HOST_SCALARS) take the Scalar path with their
     // exact value, as PyTorch computes `x * 0.1` in the op's compute type.
     ScalarArg value;
@@ -238,6 +304,23 @@ C apply_un(Un kind, C a) {
   else return (a > C(0) || a != a) ? a : C(0);  // NaN propagates
 }
 
+// FLEMU_FAULT=oob_write: relu's loop runs one element too far, storing a
+// copy of the last result just past the last byte of its output.
+void enqueue_relu_one_past_the_end(const Launch& L, const LoopPlan& plan, const TensorArg& out) {
+  int64_t last = 0;
+  for (int32_t d = 0; d < out.ndim; ++d) last += (out.sizes[d] - 1) * out.strides[d];
+  char* const last_elem = out.data + last * out.itemsize;
+  const size_t itemsize = static_cast<size_t>(out.itemsize);
+  dispatch_dtype(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    L.enqueue([plan, last_elem, itemsize] {
+      unary_loop<T>(plan, [](C a) { return apply_un<C>(Un::Relu, a); });
+      std::memcpy(last_elem + itemsize, last_elem, itemsize);
+    });
+  });
+}
+
 TFL_Error* unary(const TFL_Kernel_Args* args, int32_t id, Un kind) {
   return run_kernel(args, id, [&](Launch& L) {
     const TensorArg self = L.input_tensor(0, "self");
@@ -247,10 +330,22 @@ TFL_Error* unary(const TFL_Kernel_Args* args, int32_t id, Un kind) {
                                        : "relu of a bool tensor is not supported");
     const LoopPlan plan = plan_of(out, self);
     if (plan.numel == 0) return;
+    if (L.faulty(Fault::kOobWrite) && self.dtype == out.dtype) {
+      enqueue_relu_one_past_the_end(L, plan, out);
+      return;
+    }
     if (self.dtype == out.dtype) {
       dispatch_dtype(out.dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
         using C = compute_t<T>;
+        if constexpr (std::is_same_v<T, double>) {
+          if (L.faulty(Fault::kFp64ComputedInFp32)) {
+            L.enqueue([plan, kind] {
+              map_loop<double, double>(plan, [kind](double a) { return double{apply_un<float>(kind, float(a))}; });
+            });
+            return;
+          }
+        }
         if (kind == Un::Neg) L.enqueue([plan] { unary_loop<T>(plan, [](C a) { return apply_un<C>(Un::Neg, a); }); });
         else L.enqueue([plan] { unary_loop<T>(plan, [](C a) { return apply_un<C>(Un::Relu, a); }); });
       });

@@ -36,7 +36,9 @@ inline void require_same_dtype(const char* op, const TensorArg& out, std::initia
               " (this kernel computes in one dtype)");
 }
 
-// out = f(self) for floating dtypes; f takes and returns the compute type.
+// out = f(self) for floating dtypes; f takes and returns the compute type
+// (generic over float and double: FLEMU_FAULT=fp64_computed_in_fp32 calls
+// it with float for float64 tensors).
 template <class F>
 void launch_float_unary(const Launch& L, const char* op, F f) {
   const TensorArg self = L.input_tensor(0, "self"), out = L.output(0, "out");
@@ -45,6 +47,12 @@ void launch_float_unary(const Launch& L, const char* op, F f) {
   if (plan.numel == 0) return;
   dispatch_floating(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, double>) {
+      if (L.faulty(Fault::kFp64ComputedInFp32)) {
+        L.enqueue([plan, f] { map_loop<double, double>(plan, [f](double x) { return double{f(float(x))}; }); });
+        return;
+      }
+    }
     L.enqueue([plan, f] { map_loop<T, T>(plan, f); });
   });
 }
@@ -58,6 +66,14 @@ void launch_float_binary(const Launch& L, const char* op, F f) {
   if (plan.numel == 0) return;
   dispatch_floating(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, double>) {
+      if (L.faulty(Fault::kFp64ComputedInFp32)) {
+        L.enqueue([plan, f] {
+          map_loop<double, double, double>(plan, [f](double a, double b) { return double{f(float(a), float(b))}; });
+        });
+        return;
+      }
+    }
     L.enqueue([plan, f] { map_loop<T, T, T>(plan, f); });
   });
 }

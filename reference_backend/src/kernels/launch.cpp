@@ -1,5 +1,6 @@
 #include "launch.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -58,6 +59,12 @@ Launch::Launch(const TFL_Kernel_Args* args, int32_t id) : args_(args), id_(id) {
     std::fflush(stderr);
     std::abort();
   }
+  faults_ = s.kernel_faults[static_cast<size_t>(id)];
+  if (faulty(Fault::kMmCrash)) {
+    std::fprintf(stderr, "flemu: FLEMU_FAULT=mm_crash: %s aborts in the kernel\n", name());
+    std::fflush(stderr);
+    std::abort();
+  }
   if (s.inject_error_id == id) {
     if (s.inject_error_async) inject_async_ = true;
     else
@@ -83,7 +90,30 @@ const TFL_Value& Launch::input(size_t i, const char* what) const {
 TensorArg Launch::input_tensor(size_t i, const char* what) const {
   const TFL_Value& v = input(i, what);
   if (v.tag != TFL_VALUE_TENSOR) invalid_argument("argument ", i, " (", what, ") must be a tensor, got tag ", v.tag);
-  return tensor(v.v.tensor, what);
+  TensorArg a = tensor(v.v.tensor, what);
+  constexpr FaultSet kMisreads =
+      fault_bit(Fault::kMulIgnoresStrides) | fault_bit(Fault::kSubBroadcastWrong) | fault_bit(Fault::kExpIgnoresOffset);
+  if ((faults_ & kMisreads) != 0 && a.numel > 0) misread_input(*v.v.tensor, &a);
+  return a;
+}
+
+void Launch::misread_input(const TFL_Tensor& t, TensorArg* a) const {
+  if (faulty(Fault::kExpIgnoresOffset)) {
+    a->data -= t.storage_offset * a->itemsize;
+    return;
+  }
+  // Both stride faults put the dense row-major stride where the real one
+  // was: every dim (mul_ignores_strides) or the broadcast ones (sub).
+  const bool every_dim = faulty(Fault::kMulIgnoresStrides);
+  auto strides = std::make_unique<int64_t[]>(static_cast<size_t>(std::max(a->ndim, 1)));
+  int64_t dense = 1;
+  for (int32_t d = a->ndim - 1; d >= 0; --d) {
+    const bool broadcast = a->strides[d] == 0 && a->sizes[d] > 1;
+    strides[static_cast<size_t>(d)] = every_dim || broadcast ? dense : a->strides[d];
+    dense *= a->sizes[d];
+  }
+  a->strides = strides.get();
+  misread_strides_.push_back(std::move(strides));
 }
 
 ScalarArg Launch::scalar(size_t i, const char* what) const {

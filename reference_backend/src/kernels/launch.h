@@ -4,10 +4,14 @@
 #ifndef FLEMU_KERNELS_LAUNCH_H_
 #define FLEMU_KERNELS_LAUNCH_H_
 
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "../errors.h"
+#include "../faults.h"
 #include "../runtime.h"
 #include "../stream.h"
 #include "dtype.h"
@@ -23,6 +27,8 @@ struct KernelSettings {
   int32_t inject_error_code = 0;
   bool inject_error_async = false;
   int32_t inject_crash_id = -1;
+  // Per kernel: the active faults that change it (FLEMU_FAULT).
+  std::array<FaultSet, kNumKernels> kernel_faults{};
   bool strict = false;
   bool peer_access = true;
 };
@@ -74,7 +80,13 @@ class Launch {
   Launch(const TFL_Kernel_Args* args, int32_t kernel_id);
 
   const char* name() const { return kernel_name(id_); }
+  int32_t id() const { return id_; }
   int32_t device() const { return device_; }
+  // ctx->variant: which overload of the kernel's operator is running.
+  int32_t variant() const { return args_->ctx->variant; }
+  const TFL_KernelContext& context() const { return *args_->ctx; }
+  // Whether FLEMU_FAULT makes this kernel misbehave in way `f`.
+  bool faulty(Fault f) const { return (faults_ & fault_bit(f)) != 0; }
   Stream& stream() const { return *stream_; }
   size_t num_inputs() const { return args_->num_inputs; }
   size_t num_outputs() const { return args_->num_outputs; }
@@ -104,11 +116,18 @@ class Launch {
       enqueue_injected_failure();
       return;
     }
+    if (faulty(Fault::kMmHang)) {
+      stream_->submit(name(), [] { hang_until_released(); });
+      return;
+    }
     stream_->submit(name(), std::forward<Fn>(fn));
   }
 
  private:
   void enqueue_injected_failure() const;
+  // The input-layout faults (mul_ignores_strides, sub_broadcast_wrong,
+  // exp_ignores_offset): how the faulty kernel misreads a validated input.
+  void misread_input(const TFL_Tensor& t, TensorArg* a) const;
 
   const TFL_Kernel_Args* args_;
   int32_t id_;
@@ -116,6 +135,9 @@ class Launch {
   Runtime* rt_;
   Stream* stream_;
   bool inject_async_ = false;
+  FaultSet faults_ = 0;
+  // Strides the input-layout faults substitute; they live as long as the launch.
+  mutable std::vector<std::unique_ptr<int64_t[]>> misread_strides_;
 };
 
 // Runs a launch body, converting exceptions into a TFL_Error for the host.

@@ -6,6 +6,7 @@
 // `per` is how many elements one counter's four words serve (4 for 32-bit
 // draws, 2 for 64-bit ones, 2 for double normals); the bridge reserves one
 // counter per output element, so every kernel stays inside its span.
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -22,11 +23,17 @@ struct Rng {
   uint64_t seed = 0, offset = 0, span = 0;
 };
 
-Rng rng_of(const TFL_Kernel_Args* args, const char* op) {
-  const TFL_KernelContext* ctx = args->ctx;
-  if (ctx->struct_size < TFL_STRUCT_SIZE(TFL_KernelContext, rng_span))
-    invalid_argument(op, ": the host's kernel context has no RNG fields (TFL_KernelContext too small)");
-  return {ctx->rng_seed, ctx->rng_offset, ctx->rng_span};
+Rng rng_of(const Launch& L) {
+  const TFL_KernelContext& ctx = L.context();
+  if (ctx.struct_size < TFL_STRUCT_SIZE(TFL_KernelContext, rng_span))
+    invalid_argument(L.name(), ": the host's kernel context has no RNG fields (TFL_KernelContext too small)");
+  if (L.faulty(Fault::kSeedIgnored)) {
+    // A generator seeded from the clock and a call counter: never the host's stream of numbers.
+    static std::atomic<uint64_t> calls{0};
+    const uint64_t seed = static_cast<uint64_t>(now_ns()) * 0x9e3779b97f4a7c15ull + calls.fetch_add(1);
+    return {seed, 0, ctx.rng_span};
+  }
+  return {ctx.rng_seed, ctx.rng_offset, ctx.rng_span};
 }
 
 // Writes gen(block, vals) values to every element of `t`: block b fills
@@ -245,12 +252,14 @@ void require_same_shape(const TensorArg& a, const TensorArg& b, const char* an, 
 TFL_Error* kernel_uniform(const TFL_Kernel_Args* args) {
   // uniform_(self, float from=0, float to=1, *, Generator? generator)
   return run_kernel(args, kUniform, [&](Launch& L) {
-    const Rng rng = rng_of(args, L.name());
+    const Rng rng = rng_of(L);
     const TensorArg self = inplace_self(L);
     const double from = L.has_input(1) ? double_arg(L, 1, "from") : 0.0;
-    const double to = L.has_input(2) ? double_arg(L, 2, "to") : 1.0;
+    double to = L.has_input(2) ? double_arg(L, 2, "to") : 1.0;
     if (!(from <= to)) invalid_argument("uniform_ expects from <= to, got from=", from, " to=", to);
     if (!dtype_is_floating(self.dtype)) invalid_argument("uniform_ fills floating tensors, got ", dtype_name(self.dtype));
+    // FLEMU_FAULT=uniform_range_wrong: the range runs a tenth too far.
+    if (L.faulty(Fault::kUniformRangeWrong)) to += (to - from) / 10;
     check_span(rng, (self.numel + 1) / 2, L.name());
     if (self.numel == 0) return;
     const Strided t = strided(self, "self");
@@ -264,7 +273,7 @@ TFL_Error* kernel_uniform(const TFL_Kernel_Args* args) {
 TFL_Error* kernel_normal(const TFL_Kernel_Args* args) {
   // normal_(self, float mean=0, float std=1, *, Generator? generator)
   return run_kernel(args, kNormal, [&](Launch& L) {
-    const Rng rng = rng_of(args, L.name());
+    const Rng rng = rng_of(L);
     const TensorArg self = inplace_self(L);
     const double mean = L.has_input(1) ? double_arg(L, 1, "mean") : 0.0;
     const double std = L.has_input(2) ? double_arg(L, 2, "std") : 1.0;
@@ -283,7 +292,7 @@ TFL_Error* kernel_normal(const TFL_Kernel_Args* args) {
 TFL_Error* kernel_bernoulli_float(const TFL_Kernel_Args* args) {
   // bernoulli_.float(self, float p=0.5, *, Generator? generator)
   return run_kernel(args, kBernoulliFloat, [&](Launch& L) {
-    const Rng rng = rng_of(args, L.name());
+    const Rng rng = rng_of(L);
     const TensorArg self = inplace_self(L);
     const double p = L.has_input(1) ? double_arg(L, 1, "p") : 0.5;
     check_probability(p, "bernoulli_ p");
@@ -300,7 +309,7 @@ TFL_Error* kernel_bernoulli_float(const TFL_Kernel_Args* args) {
 TFL_Error* kernel_bernoulli_p(const TFL_Kernel_Args* args) {
   // bernoulli.p(self, float p, *, Generator? generator) -> Tensor shaped like self
   return run_kernel(args, kBernoulliP, [&](Launch& L) {
-    const Rng rng = rng_of(args, L.name());
+    const Rng rng = rng_of(L);
     const TensorArg out = L.output(0, "out");
     const double p = double_arg(L, 1, "p");
     check_probability(p, "bernoulli p");
@@ -318,7 +327,7 @@ TFL_Error* kernel_bernoulli_p(const TFL_Kernel_Args* args) {
 // per-element probabilities.
 TFL_Error* kernel_bernoulli_tensor(const TFL_Kernel_Args* args) {
   return run_kernel(args, kBernoulliTensor, [&](Launch& L) {
-    const Rng rng = rng_of(args, L.name());
+    const Rng rng = rng_of(L);
     const TensorArg self = inplace_self(L);
     const TensorArg p = L.input_tensor(1, "p");
     if (!dtype_is_floating(p.dtype)) invalid_argument("bernoulli_ p must be a floating tensor, got ", dtype_name(p.dtype));
@@ -336,7 +345,7 @@ TFL_Error* kernel_bernoulli_tensor(const TFL_Kernel_Args* args) {
 TFL_Error* kernel_bernoulli(const TFL_Kernel_Args* args) {
   // bernoulli(self, *, Generator? generator): self holds the probabilities.
   return run_kernel(args, kBernoulli, [&](Launch& L) {
-    const Rng rng = rng_of(args, L.name());
+    const Rng rng = rng_of(L);
     const TensorArg p = L.input_tensor(0, "self");
     const TensorArg out = L.output(0, "out");
     if (!dtype_is_floating(p.dtype)) invalid_argument("bernoulli takes floating probabilities, got ", dtype_name(p.dtype));
@@ -354,7 +363,7 @@ TFL_Error* kernel_bernoulli(const TFL_Kernel_Args* args) {
 TFL_Error* kernel_random(const TFL_Kernel_Args* args) {
   // random_(self, *, Generator? generator)
   return run_kernel(args, kRandom, [&](Launch& L) {
-    const Rng rng = rng_of(args, L.name());
+    const Rng rng = rng_of(L);
     const TensorArg self = inplace_self(L);
     const int64_t hi = default_random_max(self.dtype);
     launch_random(L, rng, self, 0, static_cast<uint64_t>(hi) + 1);
@@ -364,7 +373,7 @@ TFL_Error* kernel_random(const TFL_Kernel_Args* args) {
 TFL_Error* kernel_random_to(const TFL_Kernel_Args* args) {
   // random_.to(self, int to, *, Generator? generator): [0, to)
   return run_kernel(args, kRandomTo, [&](Launch& L) {
-    const Rng rng = rng_of(args, L.name());
+    const Rng rng = rng_of(L);
     const TensorArg self = inplace_self(L);
     const int64_t to = int_arg(L, 1, "to");
     if (to <= 0) invalid_argument("random_ expects 'from' to be less than 'to', but got from=0 >= to=", to);
@@ -376,7 +385,7 @@ TFL_Error* kernel_random_from(const TFL_Kernel_Args* args) {
   // random_.from(self, int from, int? to, *, Generator? generator): [from, to), or
   // [from, the dtype's default maximum] without `to`.
   return run_kernel(args, kRandomFrom, [&](Launch& L) {
-    const Rng rng = rng_of(args, L.name());
+    const Rng rng = rng_of(L);
     const TensorArg self = inplace_self(L);
     const int64_t from = int_arg(L, 1, "from");
     uint64_t range;
@@ -426,17 +435,17 @@ void launch_randperm(const Launch& L, const Rng& rng) {
 }  // namespace
 
 TFL_Error* kernel_randperm(const TFL_Kernel_Args* args) {
-  return run_kernel(args, kRandperm, [&](Launch& L) { launch_randperm(L, rng_of(args, L.name())); });
+  return run_kernel(args, kRandperm, [&](Launch& L) { launch_randperm(L, rng_of(L)); });
 }
 
 TFL_Error* kernel_randperm_generator(const TFL_Kernel_Args* args) {
-  return run_kernel(args, kRandpermGenerator, [&](Launch& L) { launch_randperm(L, rng_of(args, L.name())); });
+  return run_kernel(args, kRandpermGenerator, [&](Launch& L) { launch_randperm(L, rng_of(L)); });
 }
 
 TFL_Error* kernel_native_dropout(const TFL_Kernel_Args* args) {
   // native_dropout(input, float p, bool? train) -> (output, mask)
   return run_kernel(args, kNativeDropout, [&](Launch& L) {
-    const Rng rng = rng_of(args, L.name());
+    const Rng rng = rng_of(L);
     const TensorArg input = L.input_tensor(0, "input");
     const double p = double_arg(L, 1, "p");
     const bool train = L.boolean_or(2, true, "train");

@@ -150,6 +150,39 @@ void accumulate_parallel(const ReducePlan& p, Acc* acc) {
     if (!part.empty()) add_into(acc, part.data(), p.out_numel);
 }
 
+// FLEMU_FAULT=sum_fp16_accumulator: one running sum per output, rounded to
+// float16 after every addition, as a float16 accumulator register would be.
+template <class T>
+void accumulate_in_half(const ReducePlan& p, double* acc) {
+  const int inner = p.ndim - 1;
+  int64_t idx[kMaxLoopDims] = {};
+  const char* in = p.in;
+  int64_t a = 0;
+  for (;;) {
+    const char* q = in;
+    for (int64_t i = 0; i < p.sizes[inner]; ++i, q += p.in_strides[inner]) {
+      double& dst = acc[a + i * p.acc_strides[inner]];
+      dst = static_cast<float>(Half(static_cast<float>(dst) + *reinterpret_cast<const T*>(q)));
+    }
+    int d = inner - 1;
+    for (; d >= 0; --d) {
+      in += p.in_strides[d];
+      a += p.acc_strides[d];
+      if (++idx[d] < p.sizes[d]) break;
+      in -= p.in_strides[d] * p.sizes[d];
+      a -= p.acc_strides[d] * p.sizes[d];
+      idx[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+void run_reduce_in_half(const ReducePlan& p) {
+  std::vector<double> acc(static_cast<size_t>(p.out_numel), 0.0);
+  if (p.in_numel > 0) accumulate_in_half<float>(p, acc.data());
+  write_out<double, float>(p, acc.data());
+}
+
 template <class Acc>
 void run_reduce(const ReducePlan& p) {
   std::vector<Acc> acc(static_cast<size_t>(p.out_numel), Acc(0));
@@ -288,7 +321,9 @@ TFL_Error* reduce(const TFL_Kernel_Args* args, int32_t id, bool mean, bool has_d
     }
     p.ndim = m;
     auto plan = std::make_shared<const ReducePlan>(p);  // large; shared rather than copied into the task
-    if (p.integral) L.enqueue([plan] { run_reduce<int64_t>(*plan); });
+    if (L.faulty(Fault::kSumFp16Accumulator) && p.in_dtype == TFL_DTYPE_FLOAT32 && p.out_dtype == TFL_DTYPE_FLOAT32)
+      L.enqueue([plan] { run_reduce_in_half(*plan); });
+    else if (p.integral) L.enqueue([plan] { run_reduce<int64_t>(*plan); });
     else L.enqueue([plan] { run_reduce<double>(*plan); });
   });
 }

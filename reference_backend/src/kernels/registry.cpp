@@ -241,6 +241,18 @@ void configure_kernels(const Config& cfg) {
       invalid_argument("invalid FLEMU_INJECT_CRASH='", cfg.inject_crash_op,
                        "': not a flemu kernel (e.g. aten::mm, aten::add.Tensor, flemu::scale_add)");
   }
+  for (int32_t f = 0; f < static_cast<int32_t>(Fault::kCount); ++f) {
+    const Fault fault = static_cast<Fault>(f);
+    if ((cfg.faults & fault_bit(fault)) == 0) continue;
+    if (const char* op = fault_kernel(fault)) {
+      const int32_t id = kernel_id_by_name(op);
+      if (id < 0) invalid_argument("FLEMU_FAULT=", fault_info(fault).name, " changes ", op, ", which is not a flemu kernel");
+      s.kernel_faults[static_cast<size_t>(id)] |= fault_bit(fault);
+    } else if (fault == Fault::kFp64ComputedInFp32 || fault == Fault::kSeedIgnored) {
+      // Faults of a class of kernels: the shared launch code decides where they act.
+      for (FaultSet& k : s.kernel_faults) k |= fault_bit(fault);
+    }
+  }
   kernel_settings() = s;
 
   for (size_t i = 0; i < kNumEntries; ++i) {

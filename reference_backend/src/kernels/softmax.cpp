@@ -98,8 +98,12 @@ void forward_block(const Ti* in, To* out, int64_t D, int64_t inner, sm_t<Ti>* ac
 
 // Backward over one block. Softmax: gi = y * (g - sum(g * y));
 // LogSoftmax: gi = g - exp(y) * sum(g). acc has room for inner values.
+// `first_row` numbers the block's first row (of outer * inner rows); under
+// FLEMU_FAULT=softmax_backward_wrong (drop_third) every third row loses its
+// sum term.
 template <class Ti, class To, Kind kind>
-void backward_block(const Ti* g, const Ti* y, To* gi, int64_t D, int64_t inner, sm_t<Ti>* acc) {
+void backward_block(const Ti* g, const Ti* y, To* gi, int64_t D, int64_t inner, sm_t<Ti>* acc, int64_t first_row,
+                    bool drop_third) {
   using C = sm_t<Ti>;
   std::fill(acc, acc + inner, C(0));
   for (int64_t j = 0; j < D; ++j)
@@ -107,6 +111,9 @@ void backward_block(const Ti* g, const Ti* y, To* gi, int64_t D, int64_t inner, 
       const C gv = static_cast<C>(g[j * inner + i]);
       acc[i] += kind == Kind::Softmax ? gv * static_cast<C>(y[j * inner + i]) : gv;
     }
+  if (drop_third)
+    for (int64_t i = 0; i < inner; ++i)
+      if ((first_row + i) % 3 == 0) acc[i] = C(0);
   for (int64_t j = 0; j < D; ++j)
     for (int64_t i = 0; i < inner; ++i) {
       const C gv = static_cast<C>(g[j * inner + i]), yv = static_cast<C>(y[j * inner + i]);
@@ -174,17 +181,19 @@ TFL_Error* softmax_backward(const TFL_Kernel_Args* args, int32_t id, const char*
     const char* gp = g.data;
     const char* yp = y.data;
     char* o = out.data;
+    const bool drop_third = kind == Kind::Softmax && L.faulty(Fault::kSoftmaxBackwardWrong);
     dispatch_floating(g.dtype, [&](auto tag) {
       using Ti = typename decltype(tag)::type;
       auto run = [&](auto out_tag) {
         using To = typename decltype(out_tag)::type;
-        L.enqueue([s, gp, yp, o] {
+        L.enqueue([s, gp, yp, o, drop_third] {
           parallel_units(s.outer, s.d * s.inner, [&](int64_t b, int64_t e) {
             std::vector<sm_t<Ti>> acc(static_cast<size_t>(s.inner));
             for (int64_t r = b; r < e; ++r) {
               const int64_t off = r * s.d * s.inner;
               backward_block<Ti, To, kind>(reinterpret_cast<const Ti*>(gp) + off, reinterpret_cast<const Ti*>(yp) + off,
-                                           reinterpret_cast<To*>(o) + off, s.d, s.inner, acc.data());
+                                           reinterpret_cast<To*>(o) + off, s.d, s.inner, acc.data(), r * s.inner,
+                                           drop_third);
             }
           });
         });
