@@ -17,12 +17,12 @@ GPT-2, copied to the device, picks the CPU's tokens.
 
 Tolerances. Both sides compute in float32 with different kernels (flemu's
 blocked GEMM and reductions against ATen's CPU ones), so results differ by
-rounding alone: measured over these runs, at most 2.1e-7 relative in a loss
-and 4.2e-7 absolute in a parameter after 8 steps (0.02 to 0.3 of a unit in
-the last place of the values involved). ``LOSS_RTOL`` and ``PARAM_ATOL`` sit
-about 25-50 times above that, far below what any real difference gives: a
-weight that is no longer tied moves the losses by 1e-4 to 3e-3 relative and
-the embeddings by 0.04 to 0.3 within five steps.
+rounding alone: measured over these runs, at most 2.0e-7 relative in a loss
+and 1.2e-7 absolute in a parameter after the five steps (about one unit in the
+last place of the values involved). ``LOSS_RTOL`` and ``PARAM_ATOL`` sit 50 to
+80 times above that and far below what a real difference gives: a weight that
+is no longer tied moves the losses by 4e-5 to 2.5e-3 relative and the
+embeddings by 0.04 to 0.3 within the same five steps.
 """
 
 from __future__ import annotations
