@@ -90,6 +90,82 @@ def test_decomposition_needing_non_native_parts_falls_back_to_cpu() -> None:
     assert out.split() == ["1", "0", "0"], out
 
 
+_BATCH_NORM_KERNELS = ",".join([
+    "aten::native_batch_norm", "aten::_native_batch_norm_legit",
+    "aten::_native_batch_norm_legit.no_stats", "aten::_native_batch_norm_legit_no_training",
+    "aten::_batch_norm_with_update", "aten::_batch_norm_no_update",
+    # a part of its decomposition, so that the CPU fallback runs it
+    "aten::var_mean.correction",
+])
+
+
+def test_cpu_fallback_writes_back_mutations_the_schema_leaves_unannotated() -> None:
+    # native_batch_norm updates running_mean/running_var without marking them
+    # (a!) in its schema; the fallback must copy them back all the same.
+    out = assert_ok(run_python(
+        """
+        import torch, torch.nn as nn, torch_fl
+        torch.manual_seed(0)
+        cpu = nn.BatchNorm2d(3); dev = nn.BatchNorm2d(3).to("flemu")
+        x = torch.randn(4, 3, 5, 5)
+        with torch_fl.op_stats_scope() as s:
+            for _ in range(3):
+                y = dev(x.to("flemu"))
+        for _ in range(3):
+            ref = cpu(x)
+        assert s.table.get("aten::native_batch_norm").cpu_fallback == 3, s.table
+        for name in ("running_mean", "running_var", "num_batches_tracked"):
+            got, want = getattr(dev, name).cpu(), getattr(cpu, name)
+            assert torch.allclose(got.double(), want.double(), atol=1e-6), (name, got, want)
+        dev.eval(); cpu.eval()
+        torch.testing.assert_close(dev(x.to("flemu")).cpu(), cpu(x))
+        print("ok")
+        """, env={"TORCH_FL_DISABLE_KERNELS": _BATCH_NORM_KERNELS, "TORCH_FL_FALLBACK": "silent"}))
+    assert out.split() == ["ok"], out
+
+
+def test_cpu_fallback_writes_back_annotated_mutations_of_strided_arguments() -> None:
+    x = torch.arange(12.).reshape(3, 4)
+    index = torch.tensor([0, 2])
+    values = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    with torch_fl.fallback_mode("silent"):
+        for view in (lambda t: t.t(), lambda t: t[:, 1:]):
+            dev = x.to("flemu")
+            cpu = x.clone()
+            _not_native("aten::index_copy_")
+            view(dev).index_copy_(0, index.to("flemu"), values[:, : view(cpu).shape[1]].to("flemu"))
+            view(cpu).index_copy_(0, index, values[:, : view(cpu).shape[1]])
+            assert torch.equal(dev.cpu(), cpu), (dev.cpu(), cpu)
+
+
+def test_decomposition_whose_outputs_disagree_with_the_meta_function_is_not_used() -> None:
+    # Its decomposition runs on native parts but returns logsumexp shaped (..., L, L)
+    # in the input dtype; the operator's meta function (and the CPU) give (..., L)
+    # in float32, and its half-precision backward relies on that.
+    from torch_fl import _decomp
+
+    name = "aten::_scaled_dot_product_flash_attention_for_cpu"
+    _not_native(name)
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    q = torch.randn(2, 3, 5, 8)
+    dev = q.to("flemu")
+    parts, _ = _decomp._traced(_decomp._decompositions()[name], (dev, dev, dev), {})
+    assert all(_decomp._runs_natively(n, d) for n, d in parts), parts
+    assert not _decomp.usable(name, (dev, dev, dev), {})
+    for dtype in (torch.float32, torch.bfloat16):
+        with torch_fl.fallback_mode("silent"), torch_fl.op_stats_scope() as s:
+            got = op(dev.to(dtype), dev.to(dtype), dev.to(dtype))
+        want = op(q.to(dtype), q.to(dtype), q.to(dtype))
+        assert [(t.shape, t.dtype) for t in got] == [(t.shape, t.dtype) for t in want], got
+        assert s.table.get(name).decomposed == 0, s.table
+        torch.testing.assert_close(got[0].cpu(), want[0])
+        leaf = q.to(dtype).to("flemu").requires_grad_()
+        with torch_fl.fallback_mode("silent"):
+            nn_out = torch.nn.functional.scaled_dot_product_attention(leaf, leaf, leaf)
+            nn_out.float().sum().backward()
+        assert leaf.grad is not None and leaf.grad.shape == q.shape
+
+
 def test_error_mode_forbids_cpu_fallback() -> None:
     dev = torch.tensor([0.5, 1.0, 1.5, 2.0], device="flemu")
     with torch_fl.fallback_mode("error"), pytest.raises(NotImplementedError) as err:

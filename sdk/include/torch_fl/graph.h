@@ -81,9 +81,9 @@ typedef struct TFL_Graph {
  * When one node is the reason (an op or an argument the compiler does not
  * take), the plugin names it in declined_node; the host then offers what is
  * left of the region without that node, so one unsupported op does not cost
- * the whole region. The host sets declined_node to -1 before the call; a
- * plugin writes it only when TFL_HAS_FIELD(args, TFL_Graph_Compile_Args,
- * declined_node). */
+ * the whole region. The host sets declined_node to -1 before the call.
+ * declined_node is part of the 1.0 layout: a plugin requires struct_size to
+ * cover it, like every other field of this struct. */
 typedef struct TFL_Graph_Compile_Args {
   size_t struct_size;
   const TFL_Graph* graph;     /* in */

@@ -21,11 +21,23 @@
  * `out=` tensors; `outputs` holds the tensors the operator returns (a
  * returned Tensor[] is flattened). An `outputs` entry is NULL when the caller
  * did not ask for that result (e.g. a False entry of a backward op's
- * output_mask). A `Scalar[]` argument arrives as TFL_VALUE_DOUBLE_LIST. A kernel registered for the functional
- * overload also serves the in-place and out= overloads with the same
- * arguments (unless TFL_KERNEL_NO_DERIVED_VARIANTS): for in-place,
- * outputs[0] is the same memory as inputs[0]; for out=, outputs are the user's
- * out tensors, already resized. ctx->variant says which one is running.
+ * output_mask). A `Scalar[]` argument arrives as TFL_VALUE_DOUBLE_LIST.
+ *
+ * Variants: a kernel registered for the functional overload also serves the
+ * in-place and out= overloads with the same arguments (unless
+ * TFL_KERNEL_NO_DERIVED_VARIANTS); ctx->variant says which one is running.
+ * For in-place, outputs[0] is the same memory as inputs[0] (same data,
+ * sizes and strides) whenever both have one dtype; for out=, outputs are the
+ * user's out tensors, already resized. The flags hold for every variant:
+ * when the caller's self or out tensor is not what the flags promise (a
+ * strided view for a CONTIGUOUS kernel, another dtype than the result's, an
+ * out tensor that overlaps an input), the kernel gets a dense temporary that
+ * the host copies back afterwards. An in-place call whose result dtype
+ * differs from what inputs[0] holds (an in-place comparison) gets its result
+ * buffer in outputs[0] apart from inputs[0]. In-place overloads without
+ * returns (_foreach_add_) write their self through the input descriptors.
+ * Arguments an operator mutates (running statistics, optimizer state) are
+ * written through their input descriptors, under the same rules.
  *
  * A kernel is a launch: it validates, enqueues its work on ctx->stream and
  * returns. It may also run synchronously. It must copy any descriptor data it

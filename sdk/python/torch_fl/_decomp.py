@@ -1,6 +1,8 @@
 """Step 1 of the fallback chain: PyTorch's own decomposition of an operator the
 plugin lacks, used only when every operator it decomposes into runs natively on
-the device (decided once per operator and dtype by tracing on meta tensors)."""
+the device and its outputs have the operator's own metadata (shape, dtype, and
+the layout where the operator promises one), checked by tracing on meta
+tensors. The bridge asks once per operator and dtype and keeps the answer."""
 
 from __future__ import annotations
 
@@ -10,18 +12,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-__all__ = ["DEVICE_ONLY", "decompose", "has_decomposition", "install"]
+__all__ = ["DEVICE_ONLY", "has_decomposition", "install", "run", "usable"]
 
 _device_type = ""
 _table: dict[str, Callable[..., Any]] | None = None
-_decisions: dict[tuple[str, str], bool] = {}
-# Operators the bridge serves for every plugin (views, copies, allocation).
-_BRIDGE_OPS = {
-    "aten::empty.memory_format", "aten::empty_strided", "aten::as_strided", "aten::view",
-    "aten::_reshape_alias", "aten::unfold", "aten::view_as_real", "aten::view_as_complex",
-    "aten::resize_", "aten::_copy_from", "aten::_copy_from_and_resize",
-    "aten::_local_scalar_dense", "aten::copy_", "aten::_to_copy",
-}
+_bridge_ops: frozenset[str] = frozenset()  # served by the bridge for every plugin
 
 
 def _schema_name(op: torch._ops.OpOverload) -> str:
@@ -132,7 +127,7 @@ def _runs_natively(name: str, dtype: torch.dtype | None) -> bool:
 
     if not name.startswith("aten::"):
         return False  # prims and friends may route back to the op being decomposed
-    if name in _BRIDGE_OPS:
+    if name in _bridge_ops:
         return True
     if dtype is not None and _C.has_native_kernel(name, dtype):
         return True
@@ -143,8 +138,16 @@ def _runs_natively(name: str, dtype: torch.dtype | None) -> bool:
     )
 
 
-def _parts(fn: Callable[..., Any], args: tuple, kwargs: dict) -> list[tuple[str, torch.dtype | None]]:
-    """The operators `fn` runs, traced on meta tensors."""
+def _to_meta(x: Any) -> Any:
+    if isinstance(x, torch.Tensor) and x.device.type == _device_type:
+        return torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device="meta")
+    if isinstance(x, torch.device) and x.type == _device_type:
+        return torch.device("meta")
+    return x
+
+
+def _traced(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[list[tuple[str, torch.dtype | None]], Any]:
+    """The operators `fn` runs on meta tensors, and what it returns there."""
     calls: list[tuple[str, torch.dtype | None]] = []
 
     class Recorder(TorchDispatchMode):
@@ -158,49 +161,68 @@ def _parts(fn: Callable[..., Any], args: tuple, kwargs: dict) -> list[tuple[str,
             calls.append((_schema_name(func), dtype))
             return func(*a, **kw)
 
-    def to_meta(x: Any) -> Any:
-        if isinstance(x, torch.Tensor) and x.device.type == _device_type:
-            return torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device="meta")
-        if isinstance(x, torch.device) and x.type == _device_type:
-            return torch.device("meta")
-        return x
-
-    meta_args, meta_kwargs = tree_map(to_meta, (args, kwargs))
+    meta_args, meta_kwargs = tree_map(_to_meta, (args, kwargs))
     with Recorder():
-        fn(*meta_args, **meta_kwargs)
-    return calls
+        out = fn(*meta_args, **meta_kwargs)
+    return calls, out
 
 
-def decompose(op_name: str, args: tuple, kwargs: dict, dtype: str) -> tuple[bool, Any]:
-    """Runs the decomposition of `op_name` if it is fully native; (handled, result)."""
-    device_only = DEVICE_ONLY.get(op_name)
-    if device_only is not None:
-        return True, device_only(*args, **kwargs)
+def _same_metadata(decomposed: Any, expected: Any) -> bool:
+    """Whether a decomposition's outputs have the operator's metadata: shapes and
+    dtypes always, strides where the operator's output has a layout of its own
+    (not row-major, e.g. channels_last)."""
+    got = torch.utils._pytree.tree_leaves(decomposed)
+    want = torch.utils._pytree.tree_leaves(expected)
+    if len(got) != len(want):
+        return False
+    for g, w in zip(got, want):
+        if isinstance(w, torch.Tensor) != isinstance(g, torch.Tensor):
+            return False
+        if not isinstance(w, torch.Tensor):
+            continue
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return False
+        if w.numel() > 1 and not w.is_contiguous() and g.stride() != w.stride():
+            return False
+    return True
+
+
+def _op(op_name: str) -> torch._ops.OpOverload:
+    namespace, _, rest = op_name.partition("::")
+    name, _, overload = rest.partition(".")
+    packet = getattr(getattr(torch.ops, namespace), name)
+    return getattr(packet, overload or "default")
+
+
+def usable(op_name: str, args: tuple, kwargs: dict) -> bool:
+    """Whether the decomposition of `op_name` may serve this call natively."""
+    if op_name in DEVICE_ONLY:
+        return True
     fn = _decompositions().get(op_name)
     if fn is None:
-        return False, None
-    key = (op_name, dtype)
-    ok = _decisions.get(key)
-    if ok is None:
-        try:
-            parts = _parts(fn, args, kwargs)
-            ok = bool(parts) and all(
-                name != op_name and _runs_natively(name, part_dtype)
-                for name, part_dtype in parts
-            )
-        except Exception:  # a decomposition that cannot be traced is not used
-            ok = False
-        _decisions[key] = ok
-    if not ok:
-        return False, None
-    return True, fn(*args, **kwargs)
+        return False
+    try:
+        parts, out = _traced(fn, args, kwargs)
+        if not parts or not all(name != op_name and _runs_natively(name, dtype)
+                                for name, dtype in parts):
+            return False
+        meta_args, meta_kwargs = tree_map(_to_meta, (args, kwargs))
+        return _same_metadata(out, _op(op_name)(*meta_args, **meta_kwargs))
+    except Exception:  # a decomposition that cannot be traced or checked is not used
+        return False
+
+
+def run(op_name: str, args: tuple, kwargs: dict) -> Any:
+    """Runs the decomposition of `op_name` (the bridge asked usable() first)."""
+    fn = DEVICE_ONLY.get(op_name) or _decompositions()[op_name]
+    return fn(*args, **kwargs)
 
 
 def install(device_type: str) -> None:
     """Hands the decomposition step to the bridge's fallback chain."""
     from torch_fl import _C
 
-    global _device_type
+    global _device_type, _bridge_ops
     _device_type = device_type
-    _decisions.clear()
-    _C.set_decomposer(decompose, has_decomposition)
+    _bridge_ops = frozenset(_C.bridge_ops())
+    _C.set_decomposer(has_decomposition, usable, run)

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from torch_fl import _decomp
+from torch_fl._active import get_plugin, set_plugin
 from torch_fl._discovery import PluginSpec, discover_plugins
 from torch_fl.device_module import DeviceProperties, _after_fork_in_child, make_device_module
 from torch_fl.errors import (
@@ -28,7 +29,6 @@ __all__ = ["PluginHandle", "autoload_best_plugin", "get_plugin", "register_devic
 
 _DEVICE_NAME = re.compile(r"[a-z_]+")
 _lock = threading.Lock()
-_active: PluginHandle | None = None
 
 
 @dataclass(frozen=True)
@@ -78,11 +78,6 @@ class PluginHandle:
         if self.passed_over:
             lines.append(f"  other plugins not loaded: {', '.join(self.passed_over)}")
         return "\n".join(lines)
-
-
-def get_plugin() -> PluginHandle | None:
-    """The registered plugin, or None."""
-    return _active
 
 
 def _check_name(name: str) -> None:
@@ -144,10 +139,11 @@ def _at_exit() -> None:
     from torch_fl import _C
 
     path = os.environ.get("TORCH_FL_OP_STATS")
-    if path and _active is not None:
+    active = get_plugin()
+    if path and active is not None:
         try:
             with open(path, "w", encoding="utf-8") as f:
-                json.dump({"plugin": _active.plugin_name, "device": _active.name,
+                json.dump({"plugin": active.plugin_name, "device": active.name,
                            **op_stats().to_dict()}, f, indent=2)
         except OSError as exc:
             warnings.warn(f"torch_fl: cannot write TORCH_FL_OP_STATS file '{path}': {exc}",
@@ -176,16 +172,16 @@ def register_device_plugin(
     one PrivateUse1 backend per process, so a second, different plugin raises
     PluginConflictError and leaves the first one working.
     """
-    global _active
     _check_name(name)
     with _lock:
-        if _active is not None:
-            same_library = plugin_path is None or os.path.abspath(os.fspath(plugin_path)) == _active.library
-            if _active.name == name and same_library:
-                return _active
+        active = get_plugin()
+        if active is not None:
+            same_library = plugin_path is None or os.path.abspath(os.fspath(plugin_path)) == active.library
+            if active.name == name and same_library:
+                return active
             raise PluginConflictError(
                 f"cannot register {name!r}: PyTorch allows one PrivateUse1 backend per process "
-                f"and '{_active.name}' ({_active.library}) is already registered"
+                f"and '{active.name}' ({active.library}) is already registered"
             )
         taken = torch._C._get_privateuse1_backend_name()
         if taken != "privateuseone":
@@ -217,7 +213,7 @@ def register_device_plugin(
 
         custom = register_custom_ops(info)
         module = getattr(torch, name)
-        _active = PluginHandle(
+        handle = PluginHandle(
             name=name,
             library=library,
             plugin_name=info["name"],
@@ -236,9 +232,10 @@ def register_device_plugin(
             source=spec.source if spec is not None and _source == "register_device_plugin" else _source,
             passed_over=_passed_over,
         )
+        set_plugin(handle)
         atexit.register(_at_exit)
         os.register_at_fork(after_in_child=_after_fork_in_child)
-        if _active.groups.get("collectives"):
+        if handle.groups.get("collectives"):
             # Registered after _at_exit: atexit runs last-in first-out, so process
             # groups are closed while the plugin is still up.
             from torch_fl.distributed import register_backend as _register_distributed
@@ -247,13 +244,13 @@ def register_device_plugin(
         from torch_fl.tooling.probe import apply_at_load
 
         apply_at_load()  # probed tunables from the cache (never raises)
-        return _active
+        return handle
 
 
 def autoload_best_plugin() -> PluginHandle | None:
     """Registers the highest-priority installed plugin that loads; reports the rest."""
-    if _active is not None:
-        return _active
+    if get_plugin() is not None:
+        return get_plugin()
     specs = discover_plugins()
     for spec in specs:
         if spec.error is not None:

@@ -2,6 +2,7 @@
 
 #include "copy.h"
 #include "generator.h"
+#include "op_rules.h"
 #include "op_stats.h"
 #include "plugin.h"
 #include "streams.h"
@@ -15,6 +16,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 
 namespace torch_fl::bridge {
@@ -23,12 +25,13 @@ namespace {
 
 std::atomic<int> g_mode{static_cast<int>(FallbackMode::Warn)};
 
+enum class Decision : uint8_t { Unknown, Usable, NotUsable };
+
 struct DecompositionState {
   std::mutex mutex;
   Decomposer decomposer;
-  DecompositionProbe probe;
-  std::map<std::string, bool> has_decomposition;           // per op
-  std::set<std::pair<std::string, int>> not_decomposable; // per op and dtype
+  std::map<std::string, bool> exists;                        // per op
+  std::map<std::pair<std::string, int>, Decision> decisions; // per op and dtype
   std::set<std::string> warned;
 };
 
@@ -108,47 +111,56 @@ bool try_decompose(
     return false;
   }
   DecompositionState& s = state();
-  Decomposer decomposer;
+  const std::pair<std::string, int> key{name, static_cast<int>(dtype)};
+  Decomposer d;
+  Decision decision = Decision::Unknown;
   {
     std::lock_guard<std::mutex> lock(s.mutex);
-    if (!s.decomposer || s.not_decomposable.count({name, static_cast<int>(dtype)})) {
+    if (!s.decomposer.run) {
       return false;
     }
-    decomposer = s.decomposer;
-    auto it = s.has_decomposition.find(name);
-    if (it != s.has_decomposition.end() && !it->second) {
+    auto it = s.decisions.find(key);
+    if (it != s.decisions.end() && it->second == Decision::NotUsable) {
       return false;
     }
-    if (it == s.has_decomposition.end()) {
-      DecompositionProbe probe = s.probe;
-      s.mutex.unlock();
-      const bool has = probe(name);
-      s.mutex.lock();
-      s.has_decomposition[name] = has;
-      if (!has) {
-        return false;
+    decision = it == s.decisions.end() ? Decision::Unknown : it->second;
+    d = s.decomposer;
+  }
+  if (decision == Decision::Unknown) {
+    // Python is asked without the lock held: it takes the GIL.
+    std::optional<bool> known;
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      auto it = s.exists.find(name);
+      if (it != s.exists.end()) {
+        known = it->second;
       }
     }
+    const bool exists = known.has_value() ? *known : d.exists(name);
+    if (!known.has_value()) {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      s.exists[name] = exists;
+    }
+    decision = exists && d.usable(op, *stack) ? Decision::Usable : Decision::NotUsable;
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.decisions[key] = decision;
+  }
+  if (decision != Decision::Usable) {
+    return false;
   }
   // A decomposition that reaches its own op again must not recurse.
   thread_local std::set<std::string> active;
   if (!active.insert(name).second) {
     return false;
   }
-  bool handled = false;
   try {
-    handled = decomposer(op, stack, dtype);
+    d.run(op, stack);
   } catch (...) {
     active.erase(name);
     throw;
   }
   active.erase(name);
-  if (handled) {
-    return true;
-  }
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.not_decomposable.insert({name, static_cast<int>(dtype)});
-  return false;
+  return true;
 }
 
 // The op's results alias its inputs without mutating them: a CPU run would
@@ -210,9 +222,13 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     return host;
   };
 
+  const std::vector<int>& hidden_writes =
+      unannotated_mutations(c10::toString(schema.operator_name()));
   for (size_t i = 0; i < nargs; ++i) {
     const c10::Argument& arg = schema.arguments()[i];
-    const bool write = arg.alias_info() != nullptr && arg.alias_info()->isWrite();
+    const bool write = (arg.alias_info() != nullptr && arg.alias_info()->isWrite()) ||
+        std::find(hidden_writes.begin(), hidden_writes.end(), static_cast<int>(i)) !=
+            hidden_writes.end();
     const bool out = arg.is_out();
     const c10::IValue& v = args[i];
     if (v.isTensor()) {
@@ -308,13 +324,12 @@ FallbackMode fallback_mode() {
   return static_cast<FallbackMode>(g_mode.load());
 }
 
-void set_decomposer(Decomposer decomposer, DecompositionProbe probe) {
+void set_decomposer(Decomposer decomposer) {
   DecompositionState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.decomposer = std::move(decomposer);
-  s.probe = std::move(probe);
-  s.has_decomposition.clear();
-  s.not_decomposable.clear();
+  s.exists.clear();
+  s.decisions.clear();
 }
 
 void run_fallback(
@@ -381,71 +396,6 @@ void run_fallback(
 
 void register_fallback(torch::Library& lib) {
   lib.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback_boxed>());
-}
-
-namespace {
-
-c10::OperatorHandle aten_op(const char* name, const char* overload = "") {
-  auto handle = c10::Dispatcher::singleton().findOp(c10::OperatorName(name, overload));
-  TORCH_INTERNAL_ASSERT(handle.has_value(), name, " is not registered");
-  return *handle;
-}
-
-// aten::convolution dispatches to convolution_overrideable on out-of-tree
-// devices, whose default raises; the CPU fallback would reach that default
-// too. Both run as aten::convolution instead (same arguments).
-void convolution_overrideable(
-    const c10::OperatorHandle& /*op*/,
-    c10::DispatchKeySet ks,
-    torch::jit::Stack* stack) {
-  static const c10::OperatorHandle convolution = aten_op("aten::convolution");
-  run_fallback(convolution, ks, stack, "the plugin has no convolution kernel");
-}
-
-// convolution_backward_overrideable lacks convolution_backward's bias_sizes
-// argument; it is inserted (the bias has one entry per output channel).
-void convolution_backward_overrideable(
-    const c10::OperatorHandle& /*op*/,
-    c10::DispatchKeySet ks,
-    torch::jit::Stack* stack) {
-  static const c10::OperatorHandle backward = aten_op("aten::convolution_backward");
-  constexpr size_t kArgs = 10;
-  auto args = torch::jit::last(*stack, kArgs);
-  const at::Tensor weight = args[2].toTensor();
-  const bool transposed = args[6].toBool();
-  const int64_t groups = args[8].toInt();
-  const int64_t channels = transposed ? weight.size(1) * groups : weight.size(0);
-  torch::jit::Stack rewritten;
-  rewritten.reserve(kArgs + 1);
-  for (size_t i = 0; i < kArgs; ++i) {
-    if (i == 3) {
-      rewritten.emplace_back(std::vector<int64_t>{channels});
-    }
-    rewritten.push_back(args[i]);
-  }
-  torch::jit::drop(*stack, kArgs);
-  run_fallback(backward, ks, &rewritten, "the plugin has no convolution_backward kernel");
-  for (c10::IValue& r : rewritten) {
-    stack->push_back(std::move(r));
-  }
-}
-
-} // namespace
-
-void register_overrideable_ops(torch::Library& aten, const std::vector<std::string>& native) {
-  auto served = [&](const char* name) {
-    return std::find(native.begin(), native.end(), name) != native.end();
-  };
-  if (!served("aten::convolution_overrideable")) {
-    aten.impl(
-        "convolution_overrideable",
-        torch::CppFunction::makeFromBoxedFunction<&convolution_overrideable>());
-  }
-  if (!served("aten::convolution_backward_overrideable")) {
-    aten.impl(
-        "convolution_backward_overrideable",
-        torch::CppFunction::makeFromBoxedFunction<&convolution_backward_overrideable>());
-  }
 }
 
 } // namespace torch_fl::bridge

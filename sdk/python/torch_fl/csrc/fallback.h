@@ -24,13 +24,20 @@ enum class FallbackMode : int { Warn = 0, Silent = 1, Error = 2 };
 void set_fallback_mode(FallbackMode mode);
 FallbackMode fallback_mode();
 
-// Runs a decomposition of `op` on the stack if one applies; false if not.
-// Installed by the Python layer (PyTorch's decompositions are Python).
-using Decomposer =
-    std::function<bool(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::ScalarType dtype)>;
-// Says whether `op` (schema name) has a decomposition at all.
-using DecompositionProbe = std::function<bool(const std::string& op)>;
-void set_decomposer(Decomposer decomposer, DecompositionProbe probe);
+// The decomposition step, installed by the Python layer (PyTorch's
+// decompositions are Python). The bridge asks `exists` once per operator and
+// `usable` once per operator and dtype, and keeps the answers: this is the
+// one place decomposition decisions live.
+struct Decomposer {
+  // Whether `op` (schema name) has a decomposition at all.
+  std::function<bool(const std::string& op)> exists;
+  // Whether its decomposition may serve a call like this one: every part runs
+  // natively and its outputs match the operator's own metadata.
+  std::function<bool(const c10::OperatorHandle& op, const torch::jit::Stack& stack)> usable;
+  // Runs it: replaces the arguments on the stack with the results.
+  std::function<void(const c10::OperatorHandle& op, torch::jit::Stack* stack)> run;
+};
+void set_decomposer(Decomposer decomposer);
 
 // The chain, for `op` with its arguments on `stack`. `reason` says why the
 // op is not native (shown in the warning).
@@ -42,10 +49,5 @@ void run_fallback(
 
 // Registers run_fallback as the PrivateUse1 backend fallback.
 void register_fallback(torch::Library& lib);
-
-// Registers the *_overrideable ops PyTorch routes out-of-tree devices to, as
-// their regular counterparts (into the aten PrivateUse1 library), unless the
-// plugin serves them natively (`native`: registered schema names).
-void register_overrideable_ops(torch::Library& aten, const std::vector<std::string>& native);
 
 } // namespace torch_fl::bridge

@@ -1,6 +1,7 @@
 // The operators every PrivateUse1 device needs, implemented by the bridge
 // over the plugin's memory ABI so that no vendor ever writes them: tensor
-// creation, views, resize/set, copies, scalar reads and record_stream.
+// creation, views, resize/set, copies, scalar reads, record_stream and the
+// shallow-copy compatibility Module.to() relies on.
 #include "minimal_ops.h"
 
 #include "caching_allocator.h"
@@ -207,27 +208,48 @@ void record_stream(at::Tensor& self, c10::Stream stream) {
   CachingAllocator::get().recordStream(self.storage().data_ptr(), stream);
 }
 
+// Module.to(), Tensor.data = ..., load_state_dict and swap_tensors keep a
+// Parameter's identity only when this says a device tensor and a CPU tensor
+// can take each other's place (PyTorch answers true for its own dense
+// backends; TensorImpl.h leaves PrivateUse1 to override it, as CUDA is).
+bool compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == c10::Layout::Strided &&
+        (t.device().is_cpu() || t.device().type() == c10::DeviceType::PrivateUse1);
+  };
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set()) ||
+      (dense(self) && dense(from));
+}
+
 } // namespace
 
+// The bridge-served operators, once: registration and the name list (which
+// Python reads through torch_fl._C.bridge_ops) both expand this table.
+#define TFL_BRIDGE_OPS(X)                                          \
+  X("empty.memory_format", empty_memory_format)                    \
+  X("empty_strided", empty_strided)                                \
+  X("as_strided", as_strided)                                      \
+  X("view", view)                                                  \
+  X("_reshape_alias", reshape_alias)                               \
+  X("unfold", unfold)                                              \
+  X("view_as_real", view_as_real)                                  \
+  X("view_as_complex", view_as_complex)                            \
+  X("resize_", resize_)                                            \
+  X("set_.source_Storage_storage_offset", set_storage)             \
+  X("set_.source_Storage", set_source_storage)                     \
+  X("set_.source_Tensor", set_source_tensor)                       \
+  X("set_", set_empty)                                             \
+  X("_efficientzerotensor", efficient_zero_tensor)                 \
+  X("_copy_from", copy_from_op)                                    \
+  X("_copy_from_and_resize", copy_from_and_resize)                 \
+  X("_local_scalar_dense", local_scalar_dense)                     \
+  X("record_stream", record_stream)                                \
+  X("_has_compatible_shallow_copy_type", compatible_shallow_copy_type)
+
 void register_minimal_ops(torch::Library& m) {
-  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
-  m.impl("empty_strided", TORCH_FN(empty_strided));
-  m.impl("as_strided", TORCH_FN(as_strided));
-  m.impl("view", TORCH_FN(view));
-  m.impl("_reshape_alias", TORCH_FN(reshape_alias));
-  m.impl("unfold", TORCH_FN(unfold));
-  m.impl("view_as_real", TORCH_FN(view_as_real));
-  m.impl("view_as_complex", TORCH_FN(view_as_complex));
-  m.impl("resize_", TORCH_FN(resize_));
-  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
-  m.impl("set_.source_Storage", TORCH_FN(set_source_storage));
-  m.impl("set_.source_Tensor", TORCH_FN(set_source_tensor));
-  m.impl("set_", TORCH_FN(set_empty));
-  m.impl("_efficientzerotensor", TORCH_FN(efficient_zero_tensor));
-  m.impl("_copy_from", TORCH_FN(copy_from_op));
-  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
-  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
-  m.impl("record_stream", TORCH_FN(record_stream));
+#define TFL_REGISTER_BRIDGE_OP(name, fn) m.impl(name, TORCH_FN(fn));
+  TFL_BRIDGE_OPS(TFL_REGISTER_BRIDGE_OP)
+#undef TFL_REGISTER_BRIDGE_OP
 }
 
 void register_math_bit_fallthroughs(torch::Library& conjugate, torch::Library& negative) {
@@ -239,24 +261,9 @@ void register_math_bit_fallthroughs(torch::Library& conjugate, torch::Library& n
 
 const std::vector<std::string>& minimal_op_names() {
   static const std::vector<std::string> names = {
-      "aten::empty.memory_format",
-      "aten::empty_strided",
-      "aten::as_strided",
-      "aten::view",
-      "aten::_reshape_alias",
-      "aten::unfold",
-      "aten::view_as_real",
-      "aten::view_as_complex",
-      "aten::resize_",
-      "aten::set_.source_Storage_storage_offset",
-      "aten::set_.source_Storage",
-      "aten::set_.source_Tensor",
-      "aten::set_",
-      "aten::_efficientzerotensor",
-      "aten::_copy_from",
-      "aten::_copy_from_and_resize",
-      "aten::_local_scalar_dense",
-      "aten::record_stream",
+#define TFL_BRIDGE_OP_NAME(name, fn) "aten::" name,
+      TFL_BRIDGE_OPS(TFL_BRIDGE_OP_NAME)
+#undef TFL_BRIDGE_OP_NAME
   };
   return names;
 }

@@ -6,10 +6,12 @@
 #include "fallback.h"
 #include "generator.h"
 #include "hooks.h"
-#include "kernel_abi.h"
 #include "host_allocator.h"
+#include "kernel_abi.h"
+#include "kernel_registration.h"
+#include "meta.h"
 #include "minimal_ops.h"
-#include "op_path.h"
+#include "op_rules.h"
 #include "op_stats.h"
 #include "plugin.h"
 #include "streams.h"
@@ -197,10 +199,12 @@ Libraries& libraries() {
   return *libs;
 }
 
-// Python callables for the decomposition step of the fallback chain.
+// Python callables for the decomposition step of the fallback chain
+// (torch_fl._decomp); the decisions are kept by fallback.cpp.
 struct PyDecomposer {
-  py::object decompose; // (op_name, args, kwargs, dtype) -> (handled, result)
-  py::object probe;     // (op_name) -> bool
+  py::object exists; // (op_name) -> bool
+  py::object usable; // (op_name, args, kwargs) -> bool
+  py::object run;    // (op_name, args, kwargs) -> result
 };
 
 PyDecomposer*& py_decomposer() {
@@ -208,15 +212,11 @@ PyDecomposer*& py_decomposer() {
   return d;
 }
 
-bool call_decomposer(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::ScalarType dtype) {
-  py::gil_scoped_acquire gil;
-  PyDecomposer* d = py_decomposer();
-  if (d == nullptr) {
-    return false;
-  }
-  const c10::FunctionSchema& schema = op.schema();
+// The operator's arguments on the stack as Python (positional, keyword).
+std::pair<py::tuple, py::dict> py_arguments(const c10::FunctionSchema& schema,
+                                            const torch::jit::Stack& stack) {
   const size_t nargs = schema.arguments().size();
-  auto args = torch::jit::last(*stack, nargs);
+  auto args = torch::jit::last(stack, nargs);
   py::list pos;
   py::dict kwargs;
   for (size_t i = 0; i < nargs; ++i) {
@@ -228,15 +228,33 @@ bool call_decomposer(const c10::OperatorHandle& op, torch::jit::Stack* stack, c1
       pos.append(value);
     }
   }
-  const std::string dtype_str = dtype == c10::ScalarType::Undefined
-      ? std::string("none")
-      : std::string(c10::getDtypeNames(dtype).first);
-  py::tuple result = d->decompose(
-      c10::toString(schema.operator_name()), py::tuple(pos), kwargs, dtype_str);
-  if (!result[0].cast<bool>()) {
+  return {py::tuple(pos), kwargs};
+}
+
+bool decomposition_exists(const std::string& op) {
+  py::gil_scoped_acquire gil;
+  PyDecomposer* d = py_decomposer();
+  return d != nullptr && d->exists(op).cast<bool>();
+}
+
+bool decomposition_usable(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  py::gil_scoped_acquire gil;
+  PyDecomposer* d = py_decomposer();
+  if (d == nullptr) {
     return false;
   }
-  py::object value = result[1];
+  auto [pos, kwargs] = py_arguments(op.schema(), stack);
+  return d->usable(c10::toString(op.schema().operator_name()), pos, kwargs).cast<bool>();
+}
+
+void run_decomposition(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  py::gil_scoped_acquire gil;
+  PyDecomposer* d = py_decomposer();
+  TORCH_INTERNAL_ASSERT(d != nullptr, "no decomposer installed");
+  const c10::FunctionSchema& schema = op.schema();
+  const size_t nargs = schema.arguments().size();
+  auto [pos, kwargs] = py_arguments(schema, *stack);
+  py::object value = d->run(c10::toString(schema.operator_name()), pos, kwargs);
   // None for a Tensor return is an undefined tensor (e.g. a gradient not asked for).
   auto convert = [](py::handle obj, const c10::TypePtr& type) -> c10::IValue {
     if (obj.is_none() && type->kind() == c10::TypeKind::TensorType) {
@@ -261,13 +279,6 @@ bool call_decomposer(const c10::OperatorHandle& op, torch::jit::Stack* stack, c1
   for (auto& r : returns) {
     stack->push_back(std::move(r));
   }
-  return true;
-}
-
-bool call_probe(const std::string& op) {
-  py::gil_scoped_acquire gil;
-  PyDecomposer* d = py_decomposer();
-  return d != nullptr && d->probe(op).cast<bool>();
 }
 
 py::dict register_backend(const std::vector<std::string>& disabled_list) {
@@ -480,14 +491,16 @@ PYBIND11_MODULE(_C, m) {
         return "warn";
     }
   });
-  m.def("set_decomposer", [](py::object decompose, py::object probe) {
+  m.def("set_decomposer", [](py::object exists, py::object usable, py::object run) {
     if (py_decomposer() == nullptr) {
       py_decomposer() = new PyDecomposer();
     }
-    py_decomposer()->decompose = std::move(decompose);
-    py_decomposer()->probe = std::move(probe);
-    set_decomposer(&call_decomposer, &call_probe);
+    py_decomposer()->exists = std::move(exists);
+    py_decomposer()->usable = std::move(usable);
+    py_decomposer()->run = std::move(run);
+    set_decomposer({&decomposition_exists, &decomposition_usable, &run_decomposition});
   });
+  m.def("bridge_ops", [] { return minimal_op_names(); });
   m.def("native_kernels", [] {
     py::dict out;
     for (const auto& [name, mask] : native_kernel_table()) {

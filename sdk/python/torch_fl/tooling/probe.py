@@ -107,7 +107,7 @@ def _C():  # the extension module, imported late
 
 def _handle():
     # Not torch_fl.get_plugin: at autoload the package is still being imported.
-    from torch_fl._registration import get_plugin
+    from torch_fl._active import get_plugin
 
     handle = get_plugin()
     if handle is None:

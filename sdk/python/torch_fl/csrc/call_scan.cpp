@@ -1,0 +1,213 @@
+#include "call_scan.h"
+
+#include "streams.h"
+
+#include <ATen/ATen.h>
+#include <ATen/native/TypeProperties.h>
+
+#include <cstring>
+#include <functional>
+
+namespace torch_fl::bridge {
+
+namespace {
+
+int64_t double_bits(double d) {
+  int64_t bits;
+  std::memcpy(&bits, &d, sizeof(bits));
+  return bits;
+}
+
+int64_t scalar_kind(const c10::IValue& v) {
+  if (v.isDouble()) {
+    return 1;
+  }
+  if (v.isInt()) {
+    return 2;
+  }
+  if (v.isBool()) {
+    return 3;
+  }
+  if (v.isComplexDouble()) {
+    return 4;
+  }
+  return v.isSymInt() ? 5 : 6;
+}
+
+void scan_tensor(
+    const Signature& sig,
+    const at::Tensor& t,
+    const ArgInfo& info,
+    MetaKey& key,
+    CallShape& call,
+    at::native::ResultTypeState& promote) {
+  if (!t.defined()) {
+    key.words.push_back(-1);
+    return;
+  }
+  const c10::Device d = t.device();
+  if (d.type() == c10::DeviceType::PrivateUse1) {
+    if (call.device < 0) {
+      call.device = d.index();
+    } else if (d.index() != call.device) {
+      device_mismatch(c10::Device(c10::DeviceType::PrivateUse1, call.device), d, sig.name);
+    }
+  } else if (!(d.is_cpu() && t.dim() == 0)) {
+    device_mismatch(
+        c10::Device(c10::DeviceType::PrivateUse1, std::max<c10::DeviceIndex>(call.device, 0)), d,
+        sig.name);
+  }
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  const auto sizes = impl->sizes();
+  const auto strides = impl->strides();
+  call.max_dims = std::max(call.max_dims, sizes.size());
+  key.words.push_back(
+      static_cast<int64_t>(c10::typeMetaToScalarType(impl->dtype())) | (d.is_cpu() ? 256 : 0) |
+      (impl->is_wrapped_number() ? 512 : 0) | (static_cast<int64_t>(sizes.size()) << 16));
+  key.words.append(sizes.begin(), sizes.end());
+  key.words.append(strides.begin(), strides.end());
+  if (!info.out) {
+    promote = at::native::update_result_type_state(t, promote);
+  }
+}
+
+} // namespace
+
+[[noreturn]] void device_mismatch(const c10::Device& a, const c10::Device& b, const std::string& op) {
+  TORCH_CHECK(
+      false,
+      "Expected all tensors to be on the same device, but found at least two devices, ",
+      a, " and ", b, "! (when running ", op,
+      "; only 0-dim CPU tensors may be mixed with device tensors)");
+}
+
+int64_t int_of(const c10::IValue& v) {
+  return v.isSymInt() ? v.toSymInt().guard_int(__FILE__, __LINE__) : v.toInt();
+}
+
+double double_of(const c10::IValue& v) {
+  return v.isSymFloat() ? v.toSymFloat().guard_float(__FILE__, __LINE__) : v.toDouble();
+}
+
+void scan_call(const Signature& sig, c10::ArrayRef<c10::IValue> args, CallShape& call, MetaKey& key) {
+  at::native::ResultTypeState promote{};
+  for (size_t i = 0; i < args.size(); ++i) {
+    const ArgInfo& info = sig.args[i];
+    const c10::IValue& v = args[i];
+    if (v.isNone()) {
+      key.words.push_back(-1);
+      continue;
+    }
+    switch (info.kind) {
+      case ArgKind::Tensor:
+        scan_tensor(sig, v.toTensor(), info, key, call, promote);
+        ++call.num_tensors;
+        break;
+      case ArgKind::TensorList: {
+        const auto list = v.toTensorList();
+        key.words.push_back(static_cast<int64_t>(list.size()));
+        for (const at::Tensor& t : list) {
+          scan_tensor(sig, t, info, key, call, promote);
+        }
+        call.num_tensors += list.size();
+        break;
+      }
+      case ArgKind::OptionalTensorList: {
+        const auto list = v.toOptionalTensorList();
+        key.words.push_back(static_cast<int64_t>(list.size()));
+        for (const std::optional<at::Tensor>& t : list) {
+          if (t.has_value() && t->defined()) {
+            scan_tensor(sig, *t, info, key, call, promote);
+          } else {
+            key.words.push_back(-1);
+          }
+        }
+        call.num_tensors += list.size();
+        break;
+      }
+      case ArgKind::Int:
+        key.words.push_back(int_of(v));
+        break;
+      case ArgKind::Float:
+        key.words.push_back(double_bits(double_of(v)));
+        break;
+      case ArgKind::Bool:
+        key.words.push_back(v.toBool() ? 1 : 0);
+        break;
+      case ArgKind::Scalar:
+        // Only the kind of a scalar shapes the result of an op with tensor
+        // inputs; factories (arange, full) depend on the value too.
+        key.words.push_back(scalar_kind(v));
+        if (!sig.has_tensor_input) {
+          key.words.push_back(v.isDouble() ? double_bits(v.toDouble()) : v.isInt() ? v.toInt() : 0);
+        }
+        break;
+      case ArgKind::IntList: {
+        const auto list = v.toListRef();
+        key.words.push_back(static_cast<int64_t>(list.size()));
+        for (const c10::IValue& e : list) {
+          key.words.push_back(int_of(e));
+        }
+        call.num_ints += list.size();
+        break;
+      }
+      case ArgKind::FloatList: {
+        const auto list = v.toDoubleList();
+        key.words.push_back(static_cast<int64_t>(list.size()));
+        for (double d : list) {
+          key.words.push_back(double_bits(d));
+        }
+        call.num_doubles += list.size();
+        break;
+      }
+      case ArgKind::BoolList: {
+        const auto list = v.toBoolList();
+        key.words.push_back(static_cast<int64_t>(list.size()));
+        for (bool b : list) {
+          key.words.push_back(b ? 1 : 0);
+        }
+        call.num_bools += list.size();
+        break;
+      }
+      case ArgKind::ScalarList: {
+        // Like a Scalar: the kinds shape the result, not the values.
+        const auto list = v.toListRef();
+        key.words.push_back(static_cast<int64_t>(list.size()));
+        for (const c10::IValue& e : list) {
+          key.words.push_back(scalar_kind(e));
+        }
+        call.num_doubles += list.size();
+        break;
+      }
+      case ArgKind::ScalarType:
+      case ArgKind::Layout:
+      case ArgKind::MemoryFormat:
+        key.words.push_back(v.toInt());
+        break;
+      case ArgKind::Device: {
+        const c10::Device d = v.toDevice();
+        key.words.push_back(static_cast<int64_t>(d.type()) * 1024 + d.index());
+        if (d.type() == c10::DeviceType::PrivateUse1 && call.device < 0) {
+          call.device = d.has_index() ? d.index() : current_device();
+        }
+        break;
+      }
+      case ArgKind::String:
+        key.words.push_back(static_cast<int64_t>(std::hash<std::string>{}(v.toStringRef())));
+        ++call.num_strings;
+        break;
+      case ArgKind::Generator:
+      case ArgKind::Unsupported:
+        key.words.push_back(0);
+        break;
+    }
+  }
+  if (call.device < 0) {
+    call.device = current_device();
+  }
+  if (sig.has_tensor_input) {
+    call.dtype = at::native::result_type(promote);
+  }
+}
+
+} // namespace torch_fl::bridge

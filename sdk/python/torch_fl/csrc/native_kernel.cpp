@@ -1,0 +1,192 @@
+#include "native_kernel.h"
+
+#include "call_scan.h"
+#include "fallback.h"
+#include "generator.h"
+#include "kernel_abi.h"
+#include "marshal.h"
+#include "streams.h"
+
+#include <ATen/ATen.h>
+
+namespace torch_fl::bridge {
+
+namespace {
+
+// Per argument: read and written by the kernel through its input descriptor.
+std::vector<bool> read_write_args(const Signature& sig, const std::optional<c10::OperatorHandle>& functional) {
+  std::vector<bool> rw(sig.args.size(), false);
+  if (functional.has_value()) {
+    // A derived variant writes what the functional overload writes; its own
+    // self or out= tensors are outputs.
+    const Signature fsig = analyze(functional->schema());
+    for (size_t i = 0; i < rw.size() && i < fsig.args.size(); ++i) {
+      rw[i] = fsig.args[i].write && !fsig.args[i].out;
+    }
+    // An in-place overload that returns nothing (_foreach_add_) writes its
+    // self through the input descriptor.
+    if (sig.variant == TFL_VARIANT_INPLACE && sig.num_returns == 0 && !rw.empty()) {
+      rw[0] = true;
+    }
+    return rw;
+  }
+  for (size_t i = 0; i < rw.size(); ++i) {
+    rw[i] = sig.args[i].write && !sig.args[i].out;
+  }
+  return rw;
+}
+
+// Counter-based RNG: the kernel may use [offset, offset + span) of the
+// generator's stream for seed; the host generator moves past them.
+void reserve_random(
+    const Signature& sig,
+    c10::ArrayRef<c10::IValue> args,
+    c10::DeviceIndex device,
+    const Operands& ops,
+    TFL_KernelContext* ctx) {
+  uint64_t span = 0;
+  for (const at::Tensor& out : ops.outputs) {
+    span += out.defined() ? static_cast<uint64_t>(out.numel()) : 0;
+  }
+  std::optional<at::Generator> gen;
+  if (sig.generator_arg >= 0 && !args[sig.generator_arg].isNone()) {
+    gen = args[sig.generator_arg].toGenerator();
+  }
+  auto [seed, offset] = generator_for(gen, device)->reserve(span);
+  ctx->rng_seed = seed;
+  ctx->rng_offset = offset;
+  ctx->rng_span = (span + 3) / 4 * 4;
+}
+
+} // namespace
+
+NativeKernel::NativeKernel(
+    KernelSpec spec,
+    Signature sig,
+    std::optional<c10::OperatorHandle> functional,
+    std::vector<int32_t> output_like)
+    : spec_(std::move(spec)), sig_(std::move(sig)), counters_(sig_.name) {
+  meta_source_.sig = &sig_;
+  meta_source_.functional = functional;
+  meta_source_.output_like = std::move(output_like);
+  read_write_ = read_write_args(sig_, functional);
+  rules_.sig = &sig_;
+  rules_.flags = spec_.flags;
+  rules_.memory_format = spec_.memory_format;
+  rules_.derived = functional.has_value();
+  rules_.read_write = &read_write_;
+}
+
+void NativeKernel::operator()(
+    const c10::OperatorHandle& op,
+    c10::DispatchKeySet ks,
+    torch::jit::Stack* stack) {
+  const uint64_t start = now_ns();
+  const size_t nargs = sig_.args.size();
+  auto args = torch::jit::last(*stack, nargs);
+
+  CallShape call;
+  MetaKey key;
+  scan_call(sig_, args, call, key);
+  const std::shared_ptr<const MetaEntry> meta = metadata(op, args, key);
+  if (call.dtype == c10::ScalarType::Undefined && !meta->outs.empty()) {
+    call.dtype = meta->outs[0].dtype;
+  }
+  if (const char* why = why_not_native(call, *meta)) {
+    run_fallback(op, ks, stack, why);
+    return;
+  }
+  OpCounter& counter = counters_.get(call.dtype);
+  Operands ops;
+  try {
+    prepare_operands(rules_, args, *meta, call, ops);
+    std::string declined;
+    if (!launch(args, call, ops, &declined)) {
+      const std::string reason = "the kernel declined this call: " + declined;
+      run_fallback(op, ks, stack, reason.c_str());
+      return;
+    }
+    write_back(ops);
+  } catch (...) {
+    counter.add(Path::Failed, now_ns() - start);
+    throw;
+  }
+  push_results(stack, nargs, ops);
+  counter.add(Path::Native, now_ns() - start);
+}
+
+std::shared_ptr<const MetaEntry> NativeKernel::metadata(
+    const c10::OperatorHandle& op,
+    c10::ArrayRef<c10::IValue> args,
+    const MetaKey& key) {
+  // An op that returns nothing has no output metadata to compute (and some,
+  // like _fused_sgd_, have no meta function at all).
+  static const auto no_outputs = std::make_shared<const MetaEntry>();
+  if (sig_.num_returns == 0) {
+    return no_outputs;
+  }
+  const bool cached = meta_cache_enabled();
+  if (cached) {
+    if (auto hit = cache_.find(key)) {
+      return hit;
+    }
+  }
+  auto entry = std::make_shared<const MetaEntry>(compute_meta(meta_source_, op, args));
+  if (cached) {
+    cache_.insert(key, entry);
+  }
+  return entry;
+}
+
+const char* NativeKernel::why_not_native(const CallShape& call, const MetaEntry& meta) const {
+  if (meta.unavailable) {
+    return meta.reason.c_str();
+  }
+  if (call.dtype != c10::ScalarType::Undefined && (spec_.dtypes & dtype_bit(call.dtype)) == 0) {
+    return "the kernel does not take this dtype";
+  }
+  if (call.max_dims > TFL_MAX_DIMS) {
+    return "a tensor has more than TFL_MAX_DIMS dimensions";
+  }
+  return nullptr;
+}
+
+bool NativeKernel::launch(
+    c10::ArrayRef<c10::IValue> args,
+    const CallShape& call,
+    const Operands& ops,
+    std::string* declined) const {
+  CallScratch s;
+  marshal_call(sig_, args, call, ops, s);
+  KernelCall kernel_call(
+      call.device, StreamRegistry::get().current_native(call.device), sig_.name.c_str(),
+      spec_.user_data, sig_.variant);
+  if (spec_.flags & TFL_KERNEL_RANDOM) {
+    reserve_random(sig_, args, call.device, ops, kernel_call.context());
+  }
+  return kernel_call.run(
+      spec_.fn, s.values.data(), s.values.size(), s.outputs.data(), s.outputs.size(), declined);
+}
+
+void NativeKernel::push_results(torch::jit::Stack* stack, size_t nargs, Operands& ops) const {
+  torch::jit::drop(*stack, nargs);
+  if (sig_.variant == TFL_VARIANT_FUNCTIONAL) {
+    if (sig_.returns_list) {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor& t : ops.outputs) {
+        list.push_back(t);
+      }
+      stack->emplace_back(std::move(list));
+    } else {
+      for (at::Tensor& t : ops.outputs) {
+        stack->emplace_back(std::move(t));
+      }
+    }
+    return;
+  }
+  for (size_t i = 0; i < sig_.num_returns && i < ops.targets.size(); ++i) {
+    stack->emplace_back(std::move(ops.targets[i]));
+  }
+}
+
+} // namespace torch_fl::bridge

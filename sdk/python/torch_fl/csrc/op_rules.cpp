@@ -1,0 +1,153 @@
+#include "op_rules.h"
+
+#include "fallback.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/strides.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace torch_fl::bridge {
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Unannotated mutations
+// ---------------------------------------------------------------------------
+
+const std::unordered_map<std::string, std::vector<int>>& mutation_table() {
+  // native_batch_norm(input, weight, bias, running_mean, running_var, training,
+  // momentum, eps): the running statistics are updated in training mode
+  // (PyTorch's own decomposition copies into them).
+  static const auto* table = new std::unordered_map<std::string, std::vector<int>>{
+      {"aten::native_batch_norm", {3, 4}},
+      {"aten::native_batch_norm.out", {3, 4}},
+  };
+  return *table;
+}
+
+// ---------------------------------------------------------------------------
+// Output metadata
+// ---------------------------------------------------------------------------
+
+bool absent(const c10::IValue& v) {
+  return v.isNone() || (v.isTensor() && !v.toTensor().defined());
+}
+
+OutSpec dense_like(const at::Tensor& t, c10::IntArrayRef sizes) {
+  return OutSpec{t.scalar_type(), c10::DimVector(sizes), c10::contiguous_strides(sizes)};
+}
+
+// PyTorch's meta functions for the fused RNN cells read the optional biases
+// unconditionally (torch 2.13: `x.device` on None); without biases the
+// outputs are shaped as the CUDA kernels shape them, with their size check.
+std::optional<std::vector<OutSpec>> bias_free_rnn_cell(
+    const std::string& op, c10::ArrayRef<c10::IValue> args) {
+  const bool lstm = op == "aten::_thnn_fused_lstm_cell";
+  if (args.size() < 5 || (absent(args[3]) == false && absent(args[4]) == false)) {
+    return std::nullopt;
+  }
+  const at::Tensor& gates = args[0].toTensor();
+  const at::Tensor& hidden_gates = args[1].toTensor();
+  const at::Tensor& state = args[2].toTensor();
+  const int64_t per_unit = lstm ? 4 : 3;
+  TORCH_CHECK(
+      state.dim() == 2 && gates.dim() == 2 && gates.sizes() == hidden_gates.sizes() &&
+          gates.size(0) == state.size(0) && gates.size(1) == per_unit * state.size(1),
+      op, ": input_gates and hidden_gates must be of size [batch, ", per_unit,
+      " * hidden] for a state of size [batch, hidden]; got input_gates ", gates.sizes(),
+      ", hidden_gates ", hidden_gates.sizes(), ", state ", state.sizes());
+  std::vector<OutSpec> outs{dense_like(state, state.sizes())};
+  if (lstm) {
+    outs.push_back(dense_like(state, state.sizes()));
+    outs.push_back(dense_like(gates, gates.sizes()));
+  } else {
+    outs.push_back(dense_like(gates, {state.size(0), state.size(1) * 5}));
+  }
+  return outs;
+}
+
+// ---------------------------------------------------------------------------
+// The overrideable convolutions
+// ---------------------------------------------------------------------------
+
+c10::OperatorHandle aten_op(const char* name, const char* overload = "") {
+  auto handle = c10::Dispatcher::singleton().findOp(c10::OperatorName(name, overload));
+  TORCH_INTERNAL_ASSERT(handle.has_value(), name, " is not registered");
+  return *handle;
+}
+
+// aten::convolution dispatches to convolution_overrideable on out-of-tree
+// devices, whose default raises; the CPU fallback would reach that default
+// too. Both run as aten::convolution instead (same arguments).
+void convolution_overrideable(
+    const c10::OperatorHandle& /*op*/,
+    c10::DispatchKeySet ks,
+    torch::jit::Stack* stack) {
+  static const c10::OperatorHandle convolution = aten_op("aten::convolution");
+  run_fallback(convolution, ks, stack, "the plugin has no convolution kernel");
+}
+
+// convolution_backward_overrideable lacks convolution_backward's bias_sizes
+// argument; it is inserted (the bias has one entry per output channel).
+void convolution_backward_overrideable(
+    const c10::OperatorHandle& /*op*/,
+    c10::DispatchKeySet ks,
+    torch::jit::Stack* stack) {
+  static const c10::OperatorHandle backward = aten_op("aten::convolution_backward");
+  constexpr size_t kArgs = 10;
+  auto args = torch::jit::last(*stack, kArgs);
+  const at::Tensor weight = args[2].toTensor();
+  const bool transposed = args[6].toBool();
+  const int64_t groups = args[8].toInt();
+  const int64_t channels = transposed ? weight.size(1) * groups : weight.size(0);
+  torch::jit::Stack rewritten;
+  rewritten.reserve(kArgs + 1);
+  for (size_t i = 0; i < kArgs; ++i) {
+    if (i == 3) {
+      rewritten.emplace_back(std::vector<int64_t>{channels});
+    }
+    rewritten.push_back(args[i]);
+  }
+  torch::jit::drop(*stack, kArgs);
+  run_fallback(backward, ks, &rewritten, "the plugin has no convolution_backward kernel");
+  for (c10::IValue& r : rewritten) {
+    stack->push_back(std::move(r));
+  }
+}
+
+} // namespace
+
+const std::vector<int>& unannotated_mutations(const std::string& op) {
+  static const std::vector<int> none;
+  auto it = mutation_table().find(op);
+  return it == mutation_table().end() ? none : it->second;
+}
+
+std::optional<std::vector<OutSpec>> rule_output_metadata(
+    const std::string& op, c10::ArrayRef<c10::IValue> args) {
+  if (op == "aten::_thnn_fused_lstm_cell" || op == "aten::_thnn_fused_gru_cell") {
+    return bias_free_rnn_cell(op, args);
+  }
+  return std::nullopt;
+}
+
+void register_overrideable_ops(torch::Library& aten, const std::vector<std::string>& native) {
+  auto served = [&](const char* name) {
+    return std::find(native.begin(), native.end(), name) != native.end();
+  };
+  if (!served("aten::convolution_overrideable")) {
+    aten.impl(
+        "convolution_overrideable",
+        torch::CppFunction::makeFromBoxedFunction<&convolution_overrideable>());
+  }
+  if (!served("aten::convolution_backward_overrideable")) {
+    aten.impl(
+        "convolution_backward_overrideable",
+        torch::CppFunction::makeFromBoxedFunction<&convolution_backward_overrideable>());
+  }
+}
+
+} // namespace torch_fl::bridge

@@ -1,0 +1,37 @@
+// What the bridge knows about particular operators that their schemas and
+// PyTorch's meta functions do not say (or say wrongly). Everything here is a
+// named exception to the general op path; the general path never tests an
+// operator's name itself.
+#pragma once
+
+#include "meta.h"
+
+#include <ATen/core/ivalue.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace torch {
+class Library;
+}
+
+namespace torch_fl::bridge {
+
+// Arguments an operator writes although its schema does not mark them
+// `(a!)`: native_batch_norm updates running_mean/running_var in training.
+// Both the kernel path and the CPU fallback treat them as mutated.
+const std::vector<int>& unannotated_mutations(const std::string& op);
+
+// Output metadata the bridge computes itself where PyTorch's meta function
+// cannot be used for a call (it fails on valid arguments). nullopt: ask the
+// meta function.
+std::optional<std::vector<OutSpec>> rule_output_metadata(
+    const std::string& op, c10::ArrayRef<c10::IValue> args);
+
+// Registers the *_overrideable convolution ops PyTorch routes out-of-tree
+// devices to as their regular counterparts, unless the plugin serves them
+// natively (`native`: registered schema names).
+void register_overrideable_ops(torch::Library& aten, const std::vector<std::string>& native);
+
+} // namespace torch_fl::bridge

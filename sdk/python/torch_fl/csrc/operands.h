@@ -1,0 +1,69 @@
+// The tensors a kernel sees, made to keep what its flags promise (kernel.h,
+// TFL_KernelFlags) for every variant of the call:
+//
+//   - read-only inputs are cast (PROMOTE_INPUTS), expanded (BROADCAST_INPUTS)
+//     and made dense (CONTIGUOUS_INPUTS) as copies, never in place;
+//   - a tensor the kernel writes — an output, an in-place self, an out=
+//     tensor, or an argument the operator mutates (running statistics,
+//     optimizer state) — is handed over as it is when it already keeps the
+//     promises and overlaps no input; otherwise the kernel works on a dense
+//     temporary holding its values, which is copied back after the launch;
+//   - for the in-place variant outputs[0] and inputs[0] are one buffer,
+//     unless the operator's result dtype differs from what inputs[0] must hold
+//     (an in-place comparison: bool result into a float self), in which case
+//     outputs[0] is a temporary of the result dtype.
+//
+// So a kernel written for the functional overload serves in-place and out=
+// calls on views, transposes and mixed dtypes with the results PyTorch gives.
+#pragma once
+
+#include "call_scan.h"
+#include "meta.h"
+#include "signature.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/SmallVector.h>
+
+#include <cstdint>
+#include <utility>
+
+namespace torch_fl::bridge {
+
+struct Operands {
+  // Every tensor input (out= tensors excluded) in schema order, list
+  // elements flattened; undefined for an absent optional.
+  c10::SmallVector<at::Tensor, 8> inputs;
+  // Per input: its descriptor is to be broadcast to the output shape (stride
+  // 0) rather than the tensor materialized.
+  c10::SmallVector<uint8_t, 8> broadcast;
+  c10::SmallVector<at::Tensor, 4> outputs; // what the kernel writes
+  c10::SmallVector<at::Tensor, 4> targets; // what the caller gets back (in-place/out=)
+  c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 2> copy_back; // (caller's tensor, temporary)
+};
+
+struct OperandRules {
+  const Signature* sig = nullptr;
+  uint32_t flags = 0;         // TFL_KernelFlags
+  int32_t memory_format = 0;  // TFL_MemoryFormat of fresh outputs
+  bool derived = false;       // an in-place/out= overload served by a functional kernel
+  // Per argument: the kernel reads and writes it through its input
+  // descriptor (mutated in the kernel's own schema; for a derived variant,
+  // in the functional schema).
+  const std::vector<bool>* read_write = nullptr;
+};
+
+// Builds the operands of one call. Throws for calls PyTorch refuses (an out=
+// dtype the result cannot be cast to, a written tensor with internal overlap,
+// an in-place shape mismatch).
+void prepare_operands(
+    const OperandRules& rules,
+    c10::ArrayRef<c10::IValue> args,
+    const MetaEntry& meta,
+    const CallShape& call,
+    Operands& ops);
+
+// Copies the temporaries back into the caller's tensors (after the launch).
+void write_back(Operands& ops);
+
+} // namespace torch_fl::bridge

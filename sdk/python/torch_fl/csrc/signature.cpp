@@ -1,0 +1,224 @@
+#include "signature.h"
+
+#include "op_rules.h"
+
+#include <torch_fl/kernel.h>
+
+namespace torch_fl::bridge {
+
+namespace {
+
+ArgKind classify_list(const c10::TypePtr& elem) {
+  switch (elem->kind()) {
+    case c10::TypeKind::TensorType:
+      return ArgKind::TensorList;
+    case c10::TypeKind::OptionalType:
+      return elem->castRaw<c10::OptionalType>()->getElementType()->kind() ==
+              c10::TypeKind::TensorType
+          ? ArgKind::OptionalTensorList
+          : ArgKind::Unsupported;
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::SymIntType:
+      return ArgKind::IntList;
+    case c10::TypeKind::FloatType:
+      return ArgKind::FloatList;
+    case c10::TypeKind::BoolType:
+      return ArgKind::BoolList;
+    case c10::TypeKind::NumberType:
+      return ArgKind::ScalarList;
+    default:
+      return ArgKind::Unsupported;
+  }
+}
+
+ArgKind classify(const c10::Argument& arg) {
+  c10::TypePtr type = arg.real_type();
+  if (auto opt = type->cast<c10::OptionalType>()) {
+    type = opt->getElementType();
+  }
+  switch (type->kind()) {
+    case c10::TypeKind::TensorType:
+      return ArgKind::Tensor;
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::SymIntType:
+      return ArgKind::Int;
+    case c10::TypeKind::FloatType:
+    case c10::TypeKind::SymFloatType:
+      return ArgKind::Float;
+    case c10::TypeKind::BoolType:
+    case c10::TypeKind::SymBoolType:
+      return ArgKind::Bool;
+    case c10::TypeKind::NumberType:
+      return ArgKind::Scalar;
+    case c10::TypeKind::ScalarTypeType:
+      return ArgKind::ScalarType;
+    case c10::TypeKind::LayoutType:
+      return ArgKind::Layout;
+    case c10::TypeKind::DeviceObjType:
+      return ArgKind::Device;
+    case c10::TypeKind::MemoryFormatType:
+      return ArgKind::MemoryFormat;
+    case c10::TypeKind::StringType:
+      return ArgKind::String;
+    case c10::TypeKind::GeneratorType:
+      return ArgKind::Generator;
+    case c10::TypeKind::ListType:
+      return classify_list(type->castRaw<c10::ListType>()->getElementType());
+    default:
+      return ArgKind::Unsupported;
+  }
+}
+
+bool is_tensor_type(const c10::TypePtr& type) {
+  return type->kind() == c10::TypeKind::TensorType;
+}
+
+bool is_tensor_list_type(const c10::TypePtr& type) {
+  auto list = type->cast<c10::ListType>();
+  return list && is_tensor_type(list->getElementType());
+}
+
+bool is_tensor_input(const ArgInfo& info) {
+  return !info.out &&
+      (info.kind == ArgKind::Tensor || info.kind == ArgKind::TensorList ||
+       info.kind == ArgKind::OptionalTensorList);
+}
+
+// The argument a written return aliases (same alias set), or -1.
+int aliased_argument(const c10::FunctionSchema& schema, const c10::AliasInfo& alias) {
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const c10::AliasInfo* a = schema.arguments()[i].alias_info();
+    if (a != nullptr && a->isWrite() && a->beforeSets() == alias.beforeSets()) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+void note_unsupported(Signature& sig, std::string why) {
+  if (sig.unsupported.empty()) {
+    sig.unsupported = std::move(why);
+  }
+}
+
+bool same_arguments(const c10::FunctionSchema& a, const c10::FunctionSchema& b, bool skip_out_in_b) {
+  std::vector<const c10::Argument*> bargs;
+  for (const auto& arg : b.arguments()) {
+    if (!(skip_out_in_b && arg.is_out())) {
+      bargs.push_back(&arg);
+    }
+  }
+  if (a.arguments().size() != bargs.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < bargs.size(); ++i) {
+    const c10::Argument& x = a.arguments()[i];
+    const c10::Argument& y = *bargs[i];
+    if (x.name() != y.name() || x.type()->str() != y.type()->str()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+} // namespace
+
+Signature analyze(const c10::FunctionSchema& schema) {
+  Signature sig;
+  sig.name = c10::toString(schema.operator_name());
+  const std::vector<int>& hidden_writes = unannotated_mutations(sig.name);
+  bool has_out = false;
+  bool mutates = false;
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const c10::Argument& arg = schema.arguments()[i];
+    ArgInfo info;
+    info.kind = classify(arg);
+    info.out = arg.is_out();
+    info.write = (arg.alias_info() != nullptr && arg.alias_info()->isWrite()) ||
+        std::find(hidden_writes.begin(), hidden_writes.end(), static_cast<int>(i)) !=
+            hidden_writes.end();
+    has_out = has_out || info.out;
+    mutates = mutates || info.write;
+    if (info.kind == ArgKind::Unsupported) {
+      note_unsupported(
+          sig, "argument '" + arg.name() + "' has type " + arg.type()->str() +
+              ", which the kernel ABI cannot pass");
+    }
+    sig.has_tensor_input = sig.has_tensor_input || is_tensor_input(info);
+    if (info.kind == ArgKind::Generator) {
+      sig.generator_arg = static_cast<int>(i);
+    }
+    sig.args.push_back(info);
+  }
+
+  const auto& returns = schema.returns();
+  sig.num_returns = returns.size();
+  sig.returns_list = returns.size() == 1 && is_tensor_list_type(returns[0].type());
+  if (sig.returns_list && has_out) {
+    note_unsupported(sig, "out= overloads returning Tensor[] are not supported");
+  }
+  bool returns_alias = false;
+  for (const c10::Argument& ret : returns) {
+    if (!is_tensor_type(ret.type()) && !is_tensor_list_type(ret.type())) {
+      note_unsupported(sig, "it returns " + ret.type()->str() + "; kernels can only produce tensors");
+    }
+    const c10::AliasInfo* alias = ret.alias_info();
+    if (alias != nullptr && !alias->isWrite()) {
+      note_unsupported(sig, "it returns a view of an input; views are made by the bridge");
+    }
+    if (alias == nullptr || !alias->isWrite()) {
+      sig.return_args.push_back(-1);
+      continue;
+    }
+    returns_alias = true;
+    const int found = aliased_argument(schema, *alias);
+    if (found < 0) {
+      note_unsupported(sig, "a return aliases no argument");
+    }
+    sig.return_args.push_back(found);
+  }
+  if (has_out) {
+    sig.variant = TFL_VARIANT_OUT;
+  } else if (returns_alias || (returns.empty() && mutates)) {
+    sig.variant = TFL_VARIANT_INPLACE;
+  } else if (returns_alias != (sig.num_returns > 0 && sig.return_args[0] >= 0)) {
+    note_unsupported(sig, "it mixes fresh and aliased returns");
+  }
+  return sig;
+}
+
+std::vector<c10::OperatorHandle> derived_variants(const c10::OperatorHandle& functional) {
+  std::vector<c10::OperatorHandle> variants;
+  const c10::FunctionSchema& fs = functional.schema();
+  const std::string& base = fs.name();
+  for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    if (name.name != base && name.name != base + "_") {
+      continue;
+    }
+    auto handle = c10::Dispatcher::singleton().findOp(name);
+    if (!handle.has_value() || !handle->hasSchema()) {
+      continue;
+    }
+    const c10::FunctionSchema& vs = handle->schema();
+    if (name.name == base + "_") {
+      // In-place: same overload, same arguments, writes and returns self.
+      if (name.overload_name == fs.overload_name() && same_arguments(fs, vs, false) &&
+          !vs.arguments().empty() && vs.arguments()[0].alias_info() &&
+          vs.arguments()[0].alias_info()->isWrite()) {
+        variants.push_back(*handle);
+      }
+    } else if (name.overload_name != fs.overload_name() && vs.is_mutable() &&
+               same_arguments(fs, vs, true)) {
+      bool has_out = false;
+      for (const auto& arg : vs.arguments()) {
+        has_out = has_out || arg.is_out();
+      }
+      if (has_out && vs.returns().size() == fs.returns().size()) {
+        variants.push_back(*handle);
+      }
+    }
+  }
+  return variants;
+}
+
+} // namespace torch_fl::bridge

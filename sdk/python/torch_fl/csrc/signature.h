@@ -1,0 +1,61 @@
+// Schema analysis for the op path, done once per registered operator
+// overload: what each argument is (so a call can be scanned and marshalled
+// without looking at the schema again), which arguments the operator writes,
+// which argument each return aliases, and which variant (functional,
+// in-place, out=) the overload is.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace torch_fl::bridge {
+
+enum class ArgKind : uint8_t {
+  Tensor,
+  TensorList,
+  OptionalTensorList,
+  Int,
+  Float,
+  Bool,
+  Scalar,
+  IntList,
+  FloatList,
+  BoolList,
+  ScalarList,
+  ScalarType,
+  Layout,
+  Device,
+  MemoryFormat,
+  String,
+  Generator,
+  Unsupported,
+};
+
+struct ArgInfo {
+  ArgKind kind = ArgKind::Unsupported;
+  bool out = false;   // an out= argument
+  bool write = false; // written by the operator (annotated, or an op_rules mutation)
+};
+
+struct Signature {
+  std::string name; // "aten::add.Tensor"
+  std::vector<ArgInfo> args;
+  size_t num_returns = 0;
+  std::vector<int> return_args; // per return: the argument it aliases, or -1
+  bool returns_list = false;    // a single Tensor[] return
+  int32_t variant = 0;          // TFL_KernelVariant
+  bool has_tensor_input = false;
+  int generator_arg = -1;
+  std::string unsupported; // why a kernel cannot serve this schema, if it cannot
+};
+
+Signature analyze(const c10::FunctionSchema& schema);
+
+// The in-place and out= overloads that share a functional overload's
+// arguments, so one kernel can serve them.
+std::vector<c10::OperatorHandle> derived_variants(const c10::OperatorHandle& functional);
+
+} // namespace torch_fl::bridge
