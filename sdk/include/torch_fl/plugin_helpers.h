@@ -47,6 +47,7 @@
 #include <new>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 /* The ABI declares TFL_Error opaque; a plugin using these helpers gets this
@@ -57,8 +58,17 @@ struct TFL_Error {
   std::string message; /* what the host shows, prefix included */
 };
 
+/* Hidden: every plugin that includes this keeps its own copy (its own error
+ * prefix, its own TFL_Error), even when it is built without
+ * -fvisibility=hidden and loaded beside another plugin. */
+#if defined(__GNUC__)
+#define TFL_HELPERS_HIDDEN __attribute__((visibility("hidden")))
+#else
+#define TFL_HELPERS_HIDDEN
+#endif
+
 namespace torch_fl {
-namespace helpers {
+namespace TFL_HELPERS_HIDDEN helpers {
 
 /* Concatenates anything streamable into one string. */
 template <class... Parts>
@@ -147,12 +157,18 @@ inline TFL_Error* error_from_current_exception(const char* context) noexcept {
   }
 }
 
-/* Runs `fn` and returns NULL, or the TFL_Error for whatever it threw. */
+/* Runs `fn` and returns NULL, or the TFL_Error for whatever it threw. A body
+ * that returns a TFL_Error* (an error that was pending on a stream, say)
+ * has it returned as it is. */
 template <class Fn>
 TFL_Error* guarded(const char* context, Fn&& fn) noexcept {
   try {
-    std::forward<Fn>(fn)();
-    return nullptr;
+    if constexpr (std::is_same_v<std::invoke_result_t<Fn>, TFL_Error*>) {
+      return std::forward<Fn>(fn)();
+    } else {
+      std::forward<Fn>(fn)();
+      return nullptr;
+    }
   } catch (...) {
     return error_from_current_exception(context);
   }

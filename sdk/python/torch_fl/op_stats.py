@@ -150,18 +150,23 @@ class _Scope:
 
 @contextlib.contextmanager
 def op_stats_scope() -> Iterator[_Scope]:
-    """Counts only what runs inside the with block:
+    """Counts only what runs inside the with block (on every thread):
 
         with torch_fl.op_stats_scope() as scope:
             model(x)
         print(scope.table)
+
+    Scopes nest. A scope costs what runs inside it, not the size of the
+    process's table, so a test harness may open one per case.
     """
+    from torch_fl import _C
+
     scope = _Scope()
-    before = op_stats()
+    token = _C.op_stats_scope_begin()
     try:
         yield scope
     finally:
-        scope.table = op_stats() - before
+        scope.table = OpStatsTable(tuple(OpStat(*row) for row in _C.op_stats_scope_end(token)))
 
 
 def set_fallback_mode(mode: str) -> None:

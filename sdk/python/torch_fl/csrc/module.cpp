@@ -361,6 +361,15 @@ void shutdown() {
   plugin->shutdown();
 }
 
+py::list op_stats_rows(const std::vector<OpStatsRow>& rows) {
+  py::list out;
+  for (const OpStatsRow& r : rows) {
+    out.append(py::make_tuple(
+        r.op, r.dtype, r.calls[0], r.calls[1], r.calls[2], r.calls[3], r.time_ns, r.bytes_copied));
+  }
+  return out;
+}
+
 c10::Stream stream_from(int64_t stream_id, int64_t device_index) {
   return c10::Stream(
       c10::Stream::UNSAFE,
@@ -459,16 +468,10 @@ PYBIND11_MODULE(_C, m) {
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(gen));
   });
 
-  m.def("op_stats", [] {
-    py::list rows;
-    for (const OpStatsRow& r : op_stats_snapshot()) {
-      rows.append(py::make_tuple(
-          r.op, r.dtype, r.calls[0], r.calls[1], r.calls[2], r.calls[3], r.time_ns,
-          r.bytes_copied));
-    }
-    return rows;
-  });
+  m.def("op_stats", [] { return op_stats_rows(op_stats_snapshot()); });
   m.def("op_stats_reset", &op_stats_reset);
+  m.def("op_stats_scope_begin", &op_stats_scope_begin);
+  m.def("op_stats_scope_end", [](uint64_t id) { return op_stats_rows(op_stats_scope_end(id)); });
   m.def("set_fallback_mode", [](const std::string& mode) {
     if (mode == "warn") {
       set_fallback_mode(FallbackMode::Warn);

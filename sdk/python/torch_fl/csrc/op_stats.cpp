@@ -1,6 +1,9 @@
 #include "op_stats.h"
 
+#include <algorithm>
 #include <chrono>
+#include <tuple>
+#include <unordered_map>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,14 +22,92 @@ Registry& registry() {
   return *r;
 }
 
+struct Delta {
+  std::array<uint64_t, kNumPaths> calls{};
+  uint64_t time_ns = 0;
+  uint64_t bytes_copied = 0;
+};
+
+struct Scopes {
+  std::mutex mutex;
+  uint64_t next_id = 1;
+  std::unordered_map<uint64_t, std::unordered_map<const OpCounter*, Delta>> open;
+};
+
+Scopes& scopes() {
+  static auto* s = new Scopes();
+  return *s;
+}
+
+std::string dtype_label(c10::ScalarType dtype) {
+  return dtype == c10::ScalarType::Undefined ? std::string("none")
+                                             : std::string(c10::getDtypeNames(dtype).first);
+}
+
 } // namespace
+
+namespace detail {
+
+std::atomic<int> open_scopes{0};
+
+void add_to_scopes(const OpCounter* counter, Path path, uint64_t ns, uint64_t bytes) {
+  Scopes& s = scopes();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  for (auto& [id, deltas] : s.open) {
+    Delta& d = deltas[counter];
+    ++d.calls[static_cast<int>(path)];
+    d.time_ns += ns;
+    d.bytes_copied += bytes;
+  }
+}
+
+} // namespace detail
+
+uint64_t op_stats_scope_begin() {
+  Scopes& s = scopes();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  const uint64_t id = s.next_id++;
+  s.open[id];
+  detail::open_scopes.fetch_add(1, std::memory_order_relaxed);
+  return id;
+}
+
+std::vector<OpStatsRow> op_stats_scope_end(uint64_t id) {
+  std::unordered_map<const OpCounter*, Delta> deltas;
+  {
+    Scopes& s = scopes();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    auto it = s.open.find(id);
+    if (it == s.open.end()) {
+      return {};
+    }
+    deltas = std::move(it->second);
+    s.open.erase(it);
+    detail::open_scopes.fetch_sub(1, std::memory_order_relaxed);
+  }
+  std::vector<OpStatsRow> rows;
+  rows.reserve(deltas.size());
+  for (const auto& [counter, d] : deltas) {
+    OpStatsRow row;
+    row.op = counter->op;
+    row.dtype = dtype_label(counter->dtype);
+    row.calls = d.calls;
+    row.time_ns = d.time_ns;
+    row.bytes_copied = d.bytes_copied;
+    rows.push_back(std::move(row));
+  }
+  std::sort(rows.begin(), rows.end(), [](const OpStatsRow& a, const OpStatsRow& b) {
+    return std::tie(a.op, a.dtype) < std::tie(b.op, b.dtype);
+  });
+  return rows;
+}
 
 OpCounter& op_counter(const std::string& op, c10::ScalarType dtype) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   auto& slot = r.counters[{op, static_cast<int>(dtype)}];
   if (!slot) {
-    slot = std::make_unique<OpCounter>();
+    slot = std::make_unique<OpCounter>(op, dtype);
   }
   return *slot;
 }
@@ -39,10 +120,7 @@ std::vector<OpStatsRow> op_stats_snapshot() {
   for (const auto& [key, counter] : r.counters) {
     OpStatsRow row;
     row.op = key.first;
-    const auto dtype = static_cast<c10::ScalarType>(key.second);
-    row.dtype = dtype == c10::ScalarType::Undefined
-        ? std::string("none")
-        : std::string(c10::getDtypeNames(dtype).first);
+    row.dtype = dtype_label(static_cast<c10::ScalarType>(key.second));
     uint64_t total = 0;
     for (int p = 0; p < kNumPaths; ++p) {
       row.calls[p] = counter->calls[p].load(std::memory_order_relaxed);

@@ -16,7 +16,20 @@ namespace torch_fl::bridge {
 enum class Path : int { Native = 0, Decomposed = 1, CpuFallback = 2, Failed = 3 };
 constexpr int kNumPaths = 4;
 
+struct OpCounter;
+
+namespace detail {
+// Open op-statistics scopes (op_stats_scope_begin); counted calls are also
+// added to each of them, so a scope costs what runs inside it.
+extern std::atomic<int> open_scopes;
+void add_to_scopes(const OpCounter* counter, Path path, uint64_t ns, uint64_t bytes);
+} // namespace detail
+
 struct OpCounter {
+  OpCounter(std::string op_name, c10::ScalarType scalar_type)
+      : op(std::move(op_name)), dtype(scalar_type) {}
+  const std::string op;
+  const c10::ScalarType dtype;
   std::array<std::atomic<uint64_t>, kNumPaths> calls{};
   std::atomic<uint64_t> time_ns{0};
   std::atomic<uint64_t> bytes_copied{0};
@@ -26,6 +39,9 @@ struct OpCounter {
     time_ns.fetch_add(ns, std::memory_order_relaxed);
     if (bytes != 0) {
       bytes_copied.fetch_add(bytes, std::memory_order_relaxed);
+    }
+    if (detail::open_scopes.load(std::memory_order_relaxed) != 0) {
+      detail::add_to_scopes(this, path, ns, bytes);
     }
   }
 };
@@ -42,6 +58,11 @@ struct OpStatsRow {
 OpCounter& op_counter(const std::string& op, c10::ScalarType dtype);
 std::vector<OpStatsRow> op_stats_snapshot();
 void op_stats_reset();
+
+// A scope counts only the calls made while it is open (nesting allowed):
+// begin returns its id, end closes it and returns its rows.
+uint64_t op_stats_scope_begin();
+std::vector<OpStatsRow> op_stats_scope_end(uint64_t id);
 
 // Caches counter lookups for one operator on the hot path.
 class OpCounterCache {
