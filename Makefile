@@ -18,8 +18,10 @@ certify: demo
 demo: build
 	$(PY) examples/demo.py
 
+# flemu checks every kernel call against what the bridge promised (and
+# guards every allocation) while the project's own tests run.
 test: build
-	$(PY) -m pytest -q
+	FLEMU_CHECK_CONTRACTS=1 $(PY) -m pytest -q
 
 bench: build
 	$(PY) -m pytest bench -q --benchmark-columns=min,median,mean,rounds --benchmark-sort=name

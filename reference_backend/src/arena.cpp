@@ -21,8 +21,8 @@ uint64_t round_down(uint64_t v, uint64_t a) { return v / a * a; }
 
 }  // namespace
 
-Arena::Arena(int32_t device, uint64_t capacity, bool strict)
-    : device_(device), capacity_(round_up(capacity, kPage)), strict_(strict) {
+Arena::Arena(int32_t device, uint64_t capacity, bool strict, bool guards)
+    : device_(device), capacity_(round_up(capacity, kPage)), strict_(strict), guards_(guards) {
   const std::string name = cat("flemu-device-", device);
   fd_ = static_cast<int>(memfd_create(name.c_str(), MFD_CLOEXEC));
   if (fd_ < 0) throw_error(TFL_ERR_DEVICE, cat("memfd_create for device ", device, " failed: ", std::strerror(errno)));
@@ -88,7 +88,8 @@ void Arena::insert_free(uint64_t offset, uint64_t size) {
 
 void* Arena::allocate(uint64_t size) {
   if (size == 0) invalid_argument("cannot allocate 0 bytes on device ", device_, " (size must be > 0)");
-  const uint64_t need = size > capacity_ ? capacity_ + 1 : round_up(size, kAlignment);
+  const uint64_t guard = guards_ ? kGuardBytes : 0;
+  const uint64_t need = size > capacity_ ? capacity_ + 1 : round_up(size, kAlignment) + 2 * guard;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = free_by_size_.lower_bound({need, 0});
   if (need > capacity_ || it == free_by_size_.end()) {
@@ -105,31 +106,110 @@ void* Arena::allocate(uint64_t size) {
     free_by_offset_.emplace(offset + need, block_size - need);
     free_by_size_.emplace(block_size - need, offset + need);
   }
-  allocated_.emplace(offset, need);
+  const Block block{offset, need, guards_ ? size : need};
+  allocated_.emplace(offset + guard, block);
   allocated_bytes_ += need;
-  return device_map_ + offset;
+  if (guards_) paint_guards(offset + guard, block);
+  return device_map_ + offset + guard;
 }
 
 void Arena::free(void* ptr, bool leak) {
   if (!owns(ptr)) invalid_argument(ptr, " is not a device address of device ", device_);
-  const uint64_t offset = reinterpret_cast<uintptr_t>(ptr) - device_base_;
-  uint64_t size = 0;
+  const uint64_t user = reinterpret_cast<uintptr_t>(ptr) - device_base_;
+  Block block{};
+  std::string broken;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = allocated_.find(offset);
+    auto it = allocated_.find(user);
     if (it == allocated_.end())
       invalid_argument("device ", device_, " has no allocation at ", ptr,
                        " (freed twice, or not the start of an allocation)");
-    size = it->second;
+    block = it->second;
+    if (guards_) broken = broken_guard(user, block);
     allocated_.erase(it);
-    if (leak) return;
-    allocated_bytes_ -= size;
+    if (!leak) allocated_bytes_ -= block.size;
   }
-  // The range is neither allocated nor free here, so nobody can be handed it
-  // while its pages are dropped.
-  release_pages(offset, size);
+  if (!leak) {
+    // The range is neither allocated nor free here, so nobody can be handed
+    // it while its pages are dropped.
+    release_pages(block.begin, block.size);
+    std::lock_guard<std::mutex> lock(mu_);
+    insert_free(block.begin, block.size);
+  }
+  if (!broken.empty())
+    throw_error(TFL_ERR_INTERNAL, cat("out-of-bounds write found when the memory was freed: ", broken,
+                                      " (guard regions of FLEMU_CHECK_CONTRACTS=1)"));
+}
+
+void Arena::paint_guards(uint64_t user, const Block& b) {
+  std::memset(alias_ + b.begin, kCanary, user - b.begin);
+  const uint64_t end = user + b.usable;
+  std::memset(alias_ + end, kCanary, b.begin + b.size - end);
+}
+
+std::string Arena::broken_guard(uint64_t user, const Block& b) const {
+  // Eight bytes at a time: this runs after every kernel task under contract checking.
+  auto first_broken = [this](uint64_t from, uint64_t to) -> int64_t {
+    constexpr uint64_t kWord = 0x0101010101010101ull * kCanary;
+    uint64_t o = from;
+    for (; o + 8 <= to; o += 8) {
+      uint64_t w;
+      std::memcpy(&w, alias_ + o, 8);
+      if (w != kWord) break;
+    }
+    for (; o < to; ++o)
+      if (static_cast<uint8_t>(alias_[o]) != kCanary) return static_cast<int64_t>(o);
+    return -1;
+  };
+  const void* start = device_map_ + user;
+  const int64_t before = first_broken(b.begin, user);
+  if (before >= 0)
+    return cat("the guard region before the ", b.usable, "-byte allocation at ", start, " on device ", device_,
+               " was overwritten ", user - static_cast<uint64_t>(before), " bytes before its start");
+  const uint64_t end = user + b.usable;
+  const int64_t after = first_broken(end, b.begin + b.size);
+  if (after >= 0)
+    return cat("the guard region after the ", b.usable, "-byte allocation at ", start, " on device ", device_,
+               " was overwritten at byte ", static_cast<uint64_t>(after) - user, " (", static_cast<uint64_t>(after) - end,
+               " bytes past its end)");
+  return "";
+}
+
+bool Arena::find_allocation(const void* p, const void** start, uint64_t* size) const {
+  if (!owns(p)) return false;
+  const uint64_t offset = reinterpret_cast<uintptr_t>(p) - device_base_;
   std::lock_guard<std::mutex> lock(mu_);
-  insert_free(offset, size);
+  auto it = allocated_.upper_bound(offset);
+  if (it == allocated_.begin()) return false;
+  --it;
+  if (offset >= it->first + it->second.usable) return false;
+  *start = device_map_ + it->first;
+  *size = it->second.usable;
+  return true;
+}
+
+std::string Arena::check_guards(const void* start) {
+  if (!guards_ || !owns(start)) return "";
+  const uint64_t user = reinterpret_cast<uintptr_t>(start) - device_base_;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = allocated_.find(user);
+  if (it == allocated_.end()) return "";
+  std::string broken = broken_guard(user, it->second);
+  if (!broken.empty()) paint_guards(user, it->second);
+  return broken;
+}
+
+std::vector<std::string> Arena::check_all_guards() {
+  std::vector<std::string> broken;
+  if (!guards_) return broken;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [user, block] : allocated_) {
+    std::string b = broken_guard(user, block);
+    if (b.empty()) continue;
+    paint_guards(user, block);
+    broken.push_back(std::move(b));
+  }
+  return broken;
 }
 
 void Arena::release_pages(uint64_t offset, uint64_t size) {
@@ -158,7 +238,7 @@ void Arena::check_allocated(const void* p, uint64_t n, const char* what) const {
   if (it == allocated_.begin())
     invalid_argument(what, " ", p, " on device ", device_, " is not inside a live allocation");
   --it;
-  const uint64_t start = it->first, len = it->second;
+  const uint64_t start = it->first, len = it->second.usable;
   if (offset >= start + len)
     invalid_argument(what, " ", p, " on device ", device_, " is not inside a live allocation");
   if (n > start + len - offset)

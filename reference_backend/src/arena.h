@@ -9,7 +9,9 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 namespace flemu {
 
@@ -19,10 +21,17 @@ class Arena {
   // Freed ranges at least this large give their pages back to the kernel.
   static constexpr uint64_t kReleaseThreshold = uint64_t{1} << 20;
 
+  // Guard regions under FLEMU_CHECK_CONTRACTS: canary bytes before each
+  // allocation (kGuardBytes, keeping the alignment) and from its requested
+  // end to kGuardBytes past its 256-byte rounding.
+  static constexpr uint64_t kGuardBytes = 256;
+  static constexpr uint8_t kCanary = 0xFD;
+
   // Reserves `capacity` bytes of address space (pages materialize only when
   // touched). In strict mode the device addresses are PROT_NONE and only the
-  // alias mapping is readable and writable.
-  Arena(int32_t device, uint64_t capacity, bool strict);
+  // alias mapping is readable and writable. With `guards`, every allocation
+  // is surrounded by canaries (see check_guards).
+  Arena(int32_t device, uint64_t capacity, bool strict, bool guards = false);
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
@@ -31,7 +40,8 @@ class Arena {
   // range fits; TFL_ERR_INVALID_ARGUMENT for size 0.
   void* allocate(uint64_t size);
   // Throws TFL_ERR_INVALID_ARGUMENT for a pointer this arena did not hand out.
-  // With `leak` the allocation is forgotten but its bytes stay in use.
+  // With `leak` the allocation is forgotten but its bytes stay in use. With
+  // guards, a broken canary is reported (TFL_ERR_INTERNAL) after the free.
   void free(void* ptr, bool leak = false);
 
   uint64_t capacity() const { return capacity_; }
@@ -53,6 +63,19 @@ class Arena {
   // allocation; `what` names the operand in the message.
   void check_allocated(const void* p, uint64_t n, const char* what) const;
 
+  // The live allocation holding device address `p`: its start and usable
+  // size (what was asked for with guards, else the 256-byte rounding).
+  // False when `p` is in no live allocation.
+  bool find_allocation(const void* p, const void** start, uint64_t* size) const;
+
+  bool guards() const { return guards_; }
+  // With guards: "" while the canaries of the allocation starting at device
+  // address `start` are intact (or it is gone); otherwise what was
+  // overwritten, and the canaries are repainted so it is reported once.
+  std::string check_guards(const void* start);
+  // The same for every live allocation; one description per broken one.
+  std::vector<std::string> check_all_guards();
+
   // Device address -> address flemu reads and writes (identity unless strict).
   char* to_host(const void* device_ptr) const {
     return alias_ + (reinterpret_cast<uintptr_t>(device_ptr) - device_base_);
@@ -64,13 +87,23 @@ class Arena {
   }
 
  private:
+  // A live allocation, keyed by the offset handed out (its user offset).
+  struct Block {
+    uint64_t begin;  // offset of the block, front guard included
+    uint64_t size;   // bytes of the block, guards included
+    uint64_t usable; // bytes from the user offset the holder may touch
+  };
+
   void insert_free(uint64_t offset, uint64_t size);  // coalesces; mutex held
   void erase_free(std::map<uint64_t, uint64_t>::iterator it);
   void release_pages(uint64_t offset, uint64_t size);
+  void paint_guards(uint64_t user, const Block& b);
+  std::string broken_guard(uint64_t user, const Block& b) const;  // "" when intact
 
   int32_t device_;
   uint64_t capacity_;
   bool strict_;
+  bool guards_;
   int fd_ = -1;
   char* device_map_ = nullptr;  // what the host sees
   char* alias_ = nullptr;       // what flemu uses; == device_map_ unless strict
@@ -79,7 +112,7 @@ class Arena {
   mutable std::mutex mu_;
   std::map<uint64_t, uint64_t> free_by_offset_;         // offset -> size
   std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, offset): best fit
-  std::map<uint64_t, uint64_t> allocated_;              // offset -> size
+  std::map<uint64_t, Block> allocated_;                 // user offset -> block
   uint64_t allocated_bytes_ = 0;
 };
 

@@ -18,7 +18,8 @@ bool Config::operator==(const Config& o) const {
          sanitize_us == o.sanitize_us && sanitize_seed == o.sanitize_seed &&
          sanitize_seed_set == o.sanitize_seed_set && inject_error_op == o.inject_error_op &&
          inject_error_code == o.inject_error_code && inject_error_async == o.inject_error_async &&
-         inject_crash_op == o.inject_crash_op && faults == o.faults;
+         inject_crash_op == o.inject_crash_op && faults == o.faults &&
+         check_contracts == o.check_contracts;
 }
 
 namespace {
@@ -141,6 +142,8 @@ const std::map<std::string, Setter>& setters() {
       {"FLEMU_INJECT_ERROR", parse_inject_error},
       {"FLEMU_INJECT_CRASH",
        [](const std::string&, const std::string& v, Config* c) { c->inject_crash_op = v; }},
+      {"FLEMU_CHECK_CONTRACTS",
+       [](const std::string& k, const std::string& v, Config* c) { c->check_contracts = parse_bool(k, v); }},
       {"FLEMU_FAULT",
        [](const std::string& k, const std::string& v, Config* c) { c->faults = parse_faults(k, v); }},
   };

@@ -25,6 +25,7 @@ struct Config {
   bool inject_error_async = false;
   std::string inject_crash_op;
   uint64_t faults = 0;  // FaultSet (faults.h)
+  bool check_contracts = false;  // kernels verify the host's promises; guard regions
 
   bool operator==(const Config& other) const;
   bool operator!=(const Config& other) const { return !(*this == other); }

@@ -92,6 +92,9 @@ TFL_Error* Plugin_Initialize(TFL_Plugin_Initialize_Args* args) {
     configure_kernels(cfg);
     set_active_faults(cfg.faults);
     auto* rt = new Runtime(std::move(cfg), args->host);
+    if (rt->config().check_contracts)
+      rt->log(TFL_LOG_INFO, "flemu: contract checking on (FLEMU_CHECK_CONTRACTS=1): kernels verify the host's promises, "
+                            "allocations carry guard regions");
     if (rt->config().faults != 0)
       rt->log(TFL_LOG_WARNING, cat("flemu: emulating a faulty device (FLEMU_FAULT=", fault_names(rt->config().faults), ")"));
     set_runtime(rt);
@@ -163,6 +166,19 @@ TFL_Error* Device_GetProperties(TFL_Device_GetProperties_Args* args) {
   });
 }
 
+// Under FLEMU_CHECK_CONTRACTS a synchronize also checks every guard region
+// of the device: a backstop for writes no kernel's own check saw. A pending
+// stream error is reported first; the canaries stay broken until then.
+TFL_Error* guard_backstop(Runtime& rt, int32_t device, const char* where, TFL_Error* async_error) {
+  if (async_error != nullptr || !rt.config().check_contracts) return async_error;
+  const std::vector<std::string> broken = rt.device(device).arena.check_all_guards();
+  if (broken.empty()) return nullptr;
+  std::string what = broken[0];
+  for (size_t i = 1; i < broken.size(); ++i) what += "; " + broken[i];
+  return make_error(TFL_ERR_INTERNAL, where,
+                    cat("out-of-bounds write found when synchronizing: ", what, " (guard regions of FLEMU_CHECK_CONTRACTS=1)"));
+}
+
 TFL_Error* Device_Synchronize(TFL_Device_Synchronize_Args* args) {
   TFL_Error* async_error = nullptr;
   TFL_Error* err = guarded("Device_Synchronize", [&] {
@@ -172,7 +188,7 @@ TFL_Error* Device_Synchronize(TFL_Device_Synchronize_Args* args) {
       rt.device(args->device);
       return;
     }
-    async_error = rt.synchronize_device(args->device);
+    async_error = guard_backstop(rt, args->device, "Device_Synchronize", rt.synchronize_device(args->device));
   });
   return err != nullptr ? err : async_error;
 }
@@ -423,11 +439,11 @@ TFL_Error* Stream_Synchronize(TFL_Stream_Synchronize_Args* args) {
   TFL_Error* async_error = nullptr;
   TFL_Error* err = guarded("Stream_Synchronize", [&] {
     FLEMU_CHECK_ARGS(args, TFL_Stream_Synchronize_Args);
-    runtime();
+    Runtime& rt = runtime();
     Stream& stream = stream_from_handle(args->stream);
     if (fault_on(Fault::kStreamSyncNoop)) return;
     stream.wait_idle();
-    async_error = stream.take_error();
+    async_error = guard_backstop(rt, stream.device(), "Stream_Synchronize", stream.take_error());
   });
   return err != nullptr ? err : async_error;
 }

@@ -44,7 +44,8 @@ void set_runtime(Runtime* rt) {
   g_runtime.store(rt, std::memory_order_release);
 }
 
-Device::Device(int32_t i, const Config& cfg) : index(i), arena(i, cfg.memory_bytes, cfg.strict) {}
+Device::Device(int32_t i, const Config& cfg)
+    : index(i), arena(i, cfg.memory_bytes, cfg.strict, /*guards=*/cfg.check_contracts) {}
 
 Runtime::Runtime(Config cfg, const TFL_HostServices* host) : cfg_(std::move(cfg)) {
   if (host != nullptr && TFL_HAS_FIELD(host, TFL_HostServices, log)) {

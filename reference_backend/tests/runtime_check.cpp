@@ -1312,6 +1312,7 @@ static int mode_bench() {
   TFL_Stream* s = g_streams[0];
   // Enqueue cost of a tiny kernel.
   Tensor x = make_tensor(TFL_DTYPE_FLOAT32, {16}), y = make_tensor(TFL_DTYPE_FLOAT32, {16});
+  Tensor z = make_tensor(TFL_DTYPE_FLOAT32, {16});
   const auto* fill = g_kernels["aten::fill_.Scalar"];
   const auto* add = g_kernels["aten::add.Tensor"];
   CHECK_OK(stream_sync(s));
@@ -1322,9 +1323,10 @@ static int mode_bench() {
       ctx.struct_size = TFL_KernelContext_STRUCT_SIZE;
       ctx.stream = s;
       ctx.op_name = which ? "aten::add.Tensor" : "aten::fill_.Scalar";
+      ctx.variant = which ? TFL_VARIANT_FUNCTIONAL : TFL_VARIANT_INPLACE;  // as a host calls them
       TFL_Value in_fill[] = {tv(x.t()), dv(1.0)};
       TFL_Value in_add[] = {tv(x.t()), tv(y.t()), iv(1)};
-      const TFL_Tensor* out[] = {x.t()};
+      const TFL_Tensor* out[] = {which ? z.t() : x.t()};
       TFL_Kernel_Args args{TFL_Kernel_Args_STRUCT_SIZE, &ctx, which ? in_add : in_fill, size_t(which ? 3 : 2), out, 1};
       const auto t0 = std::chrono::steady_clock::now();
       TFL_Error* e = (which ? add : fill)->fn(&args);

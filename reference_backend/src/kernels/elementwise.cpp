@@ -443,7 +443,7 @@ TFL_Error* kernel_scale_add_backward(const TFL_Kernel_Args* args) {
 // Symbol-convention kernels: found by name, float32, dense same-shape operands.
 TFL_DEFINE_OP_DEFAULT(abs) {
   using namespace flemu;
-  return run_kernel(args, kAbs, [&](Launch& L) {
+  return run_symbol_kernel(args, kAbs, [&](Launch& L) {
     const TensorArg self = L.input_tensor(0, "self"), out = L.output(0, "out");
     require_float32(self, "self");
     require_float32(out, "out");
@@ -455,7 +455,7 @@ TFL_DEFINE_OP_DEFAULT(abs) {
 
 TFL_DEFINE_OP_DEFAULT(maximum) {
   using namespace flemu;
-  return run_kernel(args, kMaximum, [&](Launch& L) {
+  return run_symbol_kernel(args, kMaximum, [&](Launch& L) {
     const TensorArg self = L.input_tensor(0, "self"), other = L.input_tensor(1, "other"), out = L.output(0, "out");
     require_float32(self, "self");
     require_float32(other, "other");

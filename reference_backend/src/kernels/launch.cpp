@@ -36,7 +36,7 @@ bool TensorArg::is_contiguous() const {
   return true;
 }
 
-Launch::Launch(const TFL_Kernel_Args* args, int32_t id) : args_(args), id_(id) {
+Launch::Launch(const TFL_Kernel_Args* args, int32_t id, const KernelContract* contract) : args_(args), id_(id) {
   if (args == nullptr) invalid_argument("kernel arguments are NULL");
   if (args->struct_size < TFL_Kernel_Args_STRUCT_SIZE)
     invalid_argument("TFL_Kernel_Args.struct_size is ", args->struct_size, ", expected at least ",
@@ -58,6 +58,13 @@ Launch::Launch(const TFL_Kernel_Args* args, int32_t id) : args_(args), id_(id) {
     std::fprintf(stderr, "flemu: FLEMU_INJECT_CRASH=%s: aborting in the kernel\n", name());
     std::fflush(stderr);
     std::abort();
+  }
+  if (s.check_contracts) {
+    if (args->struct_size < TFL_Kernel_Args_STRUCT_SIZE || ctx->struct_size < TFL_KernelContext_STRUCT_SIZE)
+      throw_error(TFL_ERR_INTERNAL, cat("host contract violated: ", name(), ": TFL_Kernel_Args.struct_size ",
+                                        args->struct_size, " or TFL_KernelContext.struct_size ", ctx->struct_size,
+                                        " is smaller than ABI 1.0's"));
+    check_host_contract(*args, contract ? *contract : s.contracts[static_cast<size_t>(id)], *rt_, &guarded_);
   }
   faults_ = s.kernel_faults[static_cast<size_t>(id)];
   if (faulty(Fault::kMmCrash)) {
@@ -210,7 +217,8 @@ TensorArg Launch::tensor(const TFL_Tensor* t, const char* what, bool allow_peer)
   const uint64_t bytes = static_cast<uint64_t>(last + 1) * static_cast<uint64_t>(a.itemsize);
   if (!arena.owns_range(t->data, bytes))
     invalid_argument(what, " [", t->data, ", +", bytes, " bytes) is not inside the memory of device ", t->device);
-  if (kernel_settings().strict) arena.check_allocated(t->data, bytes, what);
+  // Contract checking has checked the allocations already.
+  if (kernel_settings().strict && !kernel_settings().check_contracts) arena.check_allocated(t->data, bytes, what);
   a.data = arena.to_host(t->data);
   return a;
 }

@@ -14,6 +14,7 @@
 #include "../faults.h"
 #include "../runtime.h"
 #include "../stream.h"
+#include "contract.h"
 #include "dtype.h"
 #include "registry.h"
 #include "torch_fl/kernel.h"
@@ -29,6 +30,9 @@ struct KernelSettings {
   int32_t inject_crash_id = -1;
   // Per kernel: the active faults that change it (FLEMU_FAULT).
   std::array<FaultSet, kNumKernels> kernel_faults{};
+  // FLEMU_CHECK_CONTRACTS, and per kernel what it declared to the host.
+  bool check_contracts = false;
+  std::array<KernelContract, kNumKernels> contracts{};
   bool strict = false;
   bool peer_access = true;
 };
@@ -75,9 +79,10 @@ struct ScalarArg {
 
 class Launch {
  public:
-  // Validates args/ctx/stream and applies FLEMU_INJECT_CRASH and the
-  // synchronous form of FLEMU_INJECT_ERROR.
-  Launch(const TFL_Kernel_Args* args, int32_t kernel_id);
+  // Validates args/ctx/stream, checks the host's contract (under
+  // FLEMU_CHECK_CONTRACTS; `contract` overrides the kernel's registered one)
+  // and applies FLEMU_INJECT_CRASH and the synchronous FLEMU_INJECT_ERROR.
+  Launch(const TFL_Kernel_Args* args, int32_t kernel_id, const KernelContract* contract = nullptr);
 
   const char* name() const { return kernel_name(id_); }
   int32_t id() const { return id_; }
@@ -120,6 +125,13 @@ class Launch {
       stream_->submit(name(), [] { hang_until_released(); });
       return;
     }
+    if (!guarded_.empty()) {
+      stream_->submit(name(), [fn = std::decay_t<Fn>(std::forward<Fn>(fn)), guarded = guarded_]() mutable {
+        fn();
+        check_guards_after_task(guarded);
+      });
+      return;
+    }
     stream_->submit(name(), std::forward<Fn>(fn));
   }
 
@@ -136,6 +148,7 @@ class Launch {
   Stream* stream_;
   bool inject_async_ = false;
   FaultSet faults_ = 0;
+  std::vector<GuardedAllocation> guarded_;  // under FLEMU_CHECK_CONTRACTS
   // Strides the input-layout faults substitute; they live as long as the launch.
   mutable std::vector<std::unique_ptr<int64_t[]>> misread_strides_;
 };
@@ -145,6 +158,17 @@ template <class Body>
 TFL_Error* run_kernel(const TFL_Kernel_Args* args, int32_t id, Body&& body) noexcept {
   return guarded(kernel_name(id), [&] {
     Launch launch(args, id);
+    body(launch);
+  });
+}
+
+// The same for a kernel found through the symbol convention: the host
+// registers those for float32 with TFL_KERNEL_SYMBOL_DEFAULT_FLAGS.
+template <class Body>
+TFL_Error* run_symbol_kernel(const TFL_Kernel_Args* args, int32_t id, Body&& body) noexcept {
+  static const KernelContract kSymbolContract{TFL_DTYPE_BIT(TFL_DTYPE_FLOAT32), TFL_KERNEL_SYMBOL_DEFAULT_FLAGS};
+  return guarded(kernel_name(id), [&] {
+    Launch launch(args, id, &kSymbolContract);
     body(launch);
   });
 }

@@ -102,6 +102,7 @@ struct Entry {
   uint32_t flags;
 };
 
+constexpr uint32_t kScaleAddFlags = TFL_KERNEL_CONTIGUOUS_INPUTS | TFL_KERNEL_BROADCAST_INPUTS;
 constexpr uint32_t kElementwise = TFL_KERNEL_BROADCAST_INPUTS | TFL_KERNEL_PROMOTE_INPUTS;
 // add/sub/mul/div read 0-dim host operands (Python numbers) at launch.
 constexpr uint32_t kArithmetic = kElementwise | TFL_KERNEL_HOST_SCALARS;
@@ -225,6 +226,9 @@ void configure_kernels(const Config& cfg) {
   KernelSettings s;
   s.enabled_dtypes = kAll & ~disabled;
   s.strict = cfg.strict;
+  s.check_contracts = cfg.check_contracts;
+  for (const Entry& e : kEntries) s.contracts[static_cast<size_t>(e.id)] = {e.dtypes & ~disabled, e.flags};
+  s.contracts[kScaleAdd] = s.contracts[kScaleAddBackward] = {kF32, kScaleAddFlags};
   s.peer_access = cfg.peer_access;
   if (!cfg.inject_error_op.empty()) {
     s.inject_error_id = kernel_id_by_name(cfg.inject_error_op);
@@ -273,7 +277,7 @@ void configure_kernels(const Config& cfg) {
   g_scale_add.backward = kernel_scale_add_backward;
   g_scale_add.user_data = nullptr;
   g_scale_add.dtypes = kF32;
-  g_scale_add.flags = TFL_KERNEL_CONTIGUOUS_INPUTS | TFL_KERNEL_BROADCAST_INPUTS;
+  g_scale_add.flags = kScaleAddFlags;
   g_scale_add.output_like = kScaleAddOutputLike;
   g_scale_add.num_outputs = 1;
   g_custom_ptrs[0] = &g_scale_add;
