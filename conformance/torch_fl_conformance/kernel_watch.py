@@ -17,13 +17,14 @@ not one per test that calls it.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 __all__ = ["KernelBlocked", "Trace", "Watch", "install", "kernels_of", "pending",
-           "plugin_kernels", "running", "synchronize"]
+           "plugin_kernels", "running", "synchronize", "watching"]
 
 _SIZE = 8192
 _MAX_PENDING = 48
@@ -134,16 +135,22 @@ class Watch:
         """A fresh TorchDispatchMode instance (enter it with `with`)."""
         import torch
         from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils._pytree import tree_flatten
-
         watch = self
         dev = self.device_type
         blocking_ops = {"aten::_local_scalar_dense", "aten::_to_copy", "aten::copy_",
                         "aten::_copy_from", "aten::_copy_from_and_resize"}
 
-        def on_device(values: Any) -> bool:
-            return any(isinstance(t, torch.Tensor) and t.device.type == dev
-                       for t in tree_flatten(values)[0])
+        tensor = torch.Tensor
+
+        def on_device(args: Any, kwargs: dict[str, Any]) -> bool:
+            for a in (*args, *kwargs.values()):
+                if isinstance(a, tensor):
+                    if a.device.type == dev:
+                        return True
+                elif isinstance(a, (list, tuple)) and any(
+                        isinstance(t, tensor) and t.device.type == dev for t in a):
+                    return True
+            return False
 
         def waited(name: str, args: Any, kwargs: dict[str, Any], out: Any) -> bool:
             """Whether `out` being returned means the device is idle: a blocking
@@ -160,7 +167,7 @@ class Watch:
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
                                    kwargs: Any = None) -> Any:
                 kwargs = kwargs or {}
-                if not on_device((args, kwargs)):
+                if not on_device(args, kwargs):
                     return func(*args, **kwargs)
                 name = func.name()
                 reason = watch.blocked.get(name)
@@ -182,6 +189,18 @@ def install(watch: Watch | None) -> None:
     """Makes `watch` the one suite code reports synchronizations to (see synchronized)."""
     global _active
     _active = watch
+
+
+@contextlib.contextmanager
+def watching() -> Iterator[None]:
+    """The installed watch's dispatch mode around a block (nothing when none is
+    installed, as outside a worker). The sweep watches its device runs only: its
+    comparisons on the CPU need no watch, and a dispatch mode costs each op."""
+    if _active is None:
+        yield
+        return
+    with _active.mode():
+        yield
 
 
 def synchronize(device: Any) -> None:

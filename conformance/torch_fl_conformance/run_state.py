@@ -246,11 +246,11 @@ class RunState:
 
     @contextlib.contextmanager
     def _watched(self, m: TestMeta) -> Iterator[None]:
-        if self._watch is None or m.level not in WATCHED_LEVELS:
-            yield
-            return
+        """The kernel watch around a test (the sweep watches its own device runs)."""
+        whole = self._watch is not None and m.level in WATCHED_LEVELS \
+            and opinfo_case_of(m.id) is None
         try:
-            with self._watch.mode():
+            with self._watch.mode() if whole else contextlib.nullcontext():
                 yield
         except kernel_watch.KernelBlocked as exc:
             self._blocked[m.id] = exc.reason

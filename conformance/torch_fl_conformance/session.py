@@ -39,9 +39,8 @@ _OPINFO_ID = re.compile(r"^L1/test_opinfo\.py::test_op\[(.+)-([a-z0-9]+)-([a-z_]
 # Tests that share one evaluation: the checks of one op_db case, of one zoo model.
 _SHARED = re.compile(r"^(L1/test_opinfo\.py::test_op\[.+-[a-z0-9]+|L2/test_models\.py::"
                      r"test_model\[.+)-[a-z_]+\]$")
-# Tests that exercise one op_db operator: the sweep and gradcheck.
-_OP_ID = re.compile(r"^L1/test_(?:opinfo\.py::test_op|gradcheck\.py::test_gradients)"
-                    r"\[(.+)-([a-z0-9]+)(?:-[a-z_]+)?\]$")
+# Gradcheck tests: L1/test_gradcheck.py::test_gradients[<op>-<dtype>].
+_GRADCHECK_ID = re.compile(r"^L1/test_gradcheck\.py::test_gradients\[(.+)-([a-z0-9]+)\]$")
 
 
 def is_suite_item(item: pytest.Item) -> bool:
@@ -65,7 +64,7 @@ def opinfo_case_of(tid: str) -> tuple[str, str, str] | None:
 
 def op_of(tid: str) -> str | None:
     """The op_db operator a test exercises (sweep and gradcheck tests); None otherwise."""
-    m = _OP_ID.match(tid)
+    m = _OPINFO_ID.match(tid) or _GRADCHECK_ID.match(tid)
     return m.group(1) if m else None
 
 

@@ -1,7 +1,16 @@
-"""Tolerances of device results against the CPU (tolerances.toml) and the comparison."""
+"""Tolerances of device results against the CPU (tolerances.toml) and the comparison.
+
+A bound comes from a per-operator override, else the operator's class
+(transcendental, accumulation), else the dtype's default; every bound is checked
+against the dtype's ceiling when the file is loaded, and every comparison caps what
+it composes from them (atol + rtol * |e| + of_max * max|e|) at the ceiling. The one
+allowance above it is a multiple of the CPU's own measured rounding error
+(of_cpu_error): no bound can ask a device to be more accurate than the reference.
+"""
 
 from __future__ import annotations
 
+import fnmatch
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -10,7 +19,15 @@ from typing import Any
 
 import tomllib
 
-__all__ = ["Bound", "Mismatch", "compare", "flatten", "tolerance"]
+__all__ = ["Bound", "Mismatch", "TolerancesError", "ceiling", "compare", "flatten", "op_class",
+           "tolerance"]
+
+KINDS = ("output", "grad")
+MAX_OF_CPU_ERROR = 4.0  # a device at most this many times the CPU's own error
+
+
+class TolerancesError(ValueError):
+    """tolerances.toml is malformed or a bound exceeds its ceiling."""
 
 
 @dataclass(frozen=True)
@@ -21,36 +38,93 @@ class Bound:
     # absolute allowance as a fraction of the largest |CPU value| of the same tensor
     of_max: float = 0.0
     # absolute allowance as a multiple of the CPU's own rounding error in this dtype
-    # (largest |CPU result - CPU result computed in float32| of the same tensor)
+    # (largest |CPU result - CPU result computed in the next wider dtype| of the tensor)
     of_cpu_error: float = 0.0
+    source: str = ""  # "override", "class <name>" or "dtype"
+
+
+def _bound(b: dict[str, Any], reason: str, source: str) -> Bound:
+    return Bound(float(b["atol"]), float(b["rtol"]), reason, float(b.get("of_max", 0.0)),
+                 float(b.get("of_cpu_error", 0.0)), source)
+
+
+def _check(bound: Bound, ceil: Bound, where: str) -> None:
+    if bound.atol > ceil.atol or bound.rtol > ceil.rtol or bound.of_max > ceil.rtol:
+        raise TolerancesError(
+            f"tolerances.toml: {where}: atol={bound.atol:g} rtol={bound.rtol:g} "
+            f"of_max={bound.of_max:g} exceeds the ceiling atol={ceil.atol:g} "
+            f"rtol={ceil.rtol:g}")
+    if not 0.0 <= bound.of_cpu_error <= MAX_OF_CPU_ERROR:
+        raise TolerancesError(f"tolerances.toml: {where}: of_cpu_error={bound.of_cpu_error:g} "
+                              f"is not within [0, {MAX_OF_CPU_ERROR:g}]")
+
+
+def validate(data: dict[str, Any]) -> None:
+    """Every entry has a reason; every bound is within its dtype's ceiling."""
+    ceilings = data.get("ceiling", {})
+    for dtype, entry in data.get("dtype", {}).items():
+        if dtype not in ceilings:
+            raise TolerancesError(f"tolerances.toml: dtype {dtype} has no ceiling")
+        for kind in KINDS:
+            _check(_bound(entry[kind], "", "dtype"),
+                   _bound(ceilings[dtype][kind], "", "ceiling"), f"dtype.{dtype}.{kind}")
+    for c in data.get("class", []):
+        if not c.get("reason", "").strip() or not c.get("ops"):
+            raise TolerancesError(f"tolerances.toml: class {c.get('name')} needs ops and a reason")
+        for dtype in set(c) & set(ceilings):
+            for kind, b in c[dtype].items():
+                _check(_bound(b, "", ""), _bound(ceilings[dtype][kind], "", ""),
+                       f"class {c['name']} {dtype}.{kind}")
+    for o in data.get("override", []):
+        for dtype in ceilings if o["dtype"] == "*" else [o["dtype"]]:
+            for kind in KINDS:
+                if kind in o:
+                    _check(_bound(o[kind], "", ""), _bound(ceilings[dtype][kind], "", ""),
+                           f"override {o['op']} {dtype}.{kind}")
+    for o in data.get("override", []) + data.get("compare_only", []) + data.get("tie_order", []):
+        if not o.get("reason", "").strip():
+            raise TolerancesError(f"tolerances.toml: entry for {o.get('op')} has no reason")
 
 
 @lru_cache(maxsize=1)
 def _table() -> dict[str, Any]:
     text = resources.files("torch_fl_conformance").joinpath("tolerances.toml").read_text("utf-8")
     data = tomllib.loads(text)
-    for o in data.get("override", []) + data.get("compare_only", []) + data.get("tie_order", []):
-        if not o.get("reason", "").strip():
-            raise ValueError(f"tolerances.toml: entry for {o.get('op')} has no reason")
+    validate(data)
     return data
 
 
+@lru_cache(maxsize=4096)
+def op_class(op: str | None) -> str:
+    """The tolerance class of an op_db operator name ("elementwise" if none)."""
+    if op:
+        for c in _table().get("class", []):
+            if any(fnmatch.fnmatchcase(op, pat) for pat in c["ops"]):
+                return str(c["name"])
+    return "elementwise"
+
+
+def ceiling(dtype: str, kind: str) -> Bound | None:
+    entry = _table().get("ceiling", {}).get(dtype)
+    return None if entry is None else _bound(entry[kind], "", "ceiling")
+
+
+@lru_cache(maxsize=16384)
 def tolerance(dtype: str, kind: str, op: str | None = None) -> Bound | None:
     """The bound for `kind` ("output" or "grad") results of `dtype`; None means exact."""
     data = _table()
     if op is not None:
         for o in data.get("override", []):
             if o["op"] == op and o["dtype"] in (dtype, "*") and kind in o:
-                return _bound(o[kind], o["reason"])
+                return _bound(o[kind], o["reason"], "override")
+        name = op_class(op)
+        for c in data.get("class", []):
+            if c["name"] == name and kind in c.get(dtype, {}):
+                return _bound(c[dtype][kind], c["reason"], f"class {name}")
     entry = data["dtype"].get(dtype)
     if entry is None:
         return None
-    return _bound(entry[kind], "")
-
-
-def _bound(b: dict[str, Any], reason: str) -> Bound:
-    return Bound(float(b["atol"]), float(b["rtol"]), reason, float(b.get("of_max", 0.0)),
-                 float(b.get("of_cpu_error", 0.0)))
+    return _bound(entry[kind], "", "dtype")
 
 
 def compared_outputs(op: str) -> list[int] | None:
@@ -187,7 +261,13 @@ def _compare_tensor(a: Any, e: Any, kind: str, op: str | None,
     max_rel = float((diff / ref.clamp_min(1e-12)).max())
     assert bound is not None
     atol = bound.atol + bound.of_max * float(ref.max()) + bound.of_cpu_error * cpu_error
-    allowed = atol + bound.rtol * ref
+    allowed = bound.atol + bound.of_max * float(ref.max()) + bound.rtol * ref
+    ceil = ceiling(str(e.dtype).removeprefix("torch."), kind)
+    if ceil is not None:
+        # Every allowance the file chooses stops at the ceiling; the CPU's own measured
+        # error is not chosen (no bound can ask a device to beat the reference itself).
+        allowed = torch.minimum(allowed, ceil.atol + ceil.rtol * ref)
+    allowed = allowed + bound.of_cpu_error * cpu_error
     over = diff > allowed
     if bool(over.any()):
         i = int(torch.argmax(diff - allowed).item())
@@ -200,7 +280,8 @@ def _compare_tensor(a: Any, e: Any, kind: str, op: str | None,
             scaled = f" ({bound.atol:g}{scaled})"
         return Mismatch(
             "", f"{int(over.sum())} of {diff.numel()} elements outside atol={atol:g}{scaled} "
-                f"rtol={bound.rtol:g}; worst |device - cpu| = {float(diff[i]):.3g} at a CPU value "
-                f"of {float(e64[finite][i]):.4g}", max_abs, max_rel,
+                f"rtol={bound.rtol:g} ({bound.source or 'dtype'}); worst |device - cpu| = "
+                f"{float(diff[i]):.3g} at a CPU value of {float(e64[finite][i]):.4g}",
+            max_abs, max_rel,
         ), max_abs, max_rel
     return None, max_abs, max_rel

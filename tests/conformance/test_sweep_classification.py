@@ -141,12 +141,14 @@ def test_bf16_grad_bound_scales_with_the_largest_reference_value() -> None:
     assert f32 is not None and f32.of_max == 0, "float32 keeps its fixed bound"
     ref = torch.tensor([4.0, -3.0, 0.0, 1.0], dtype=torch.bfloat16)
     near_zero = ref.clone()
-    near_zero[2] = 0.125  # a few units in the last place of |4| at a zero reference
+    near_zero[2] = 0.03125  # one unit in the last place of |4| at a zero reference
     assert compare([near_zero], [ref], "grad", None)[0] == []
+    near_zero[2] = 0.125  # four units: more than a reordered sum explains
+    assert compare([near_zero], [ref], "grad", None)[0]
     # The same absolute error on a tensor of small values is a real error.
     small = ref / 16
     off = small.clone()
-    off[2] = 0.125
+    off[2] = 0.03125
     assert compare([off], [small], "grad", None)[0]
     # A truly wrong gradient still fails: 25% off, or the sign flipped.
     assert compare([ref * 1.25], [ref], "grad", None)[0]
@@ -307,3 +309,117 @@ def test_run_chunks_keep_the_checks_of_one_evaluation_together() -> None:
         if b < len(ids):  # never cut between two checks of one case
             assert ids[b].rsplit("-", 1)[0] != ids[b - 1].rsplit("-", 1)[0], (a, b)
     assert chunks([], 8) == []
+
+
+# Derived variants: a kernel right on op_db's dense samples and wrong on the layouts
+# and call forms real programs use fails the check that names that variant.
+
+def _dense_samples(op: Any, device: Any, dtype: Any, requires_grad: bool, **_: Any) -> Any:
+    for shape in ((6, 5), (4, 3, 2)):
+        yield SampleInput(make_tensor(shape, device=device, dtype=dtype, low=-2, high=2,
+                                      requires_grad=requires_grad))
+
+
+def _variant_op(name: str, fn: Any, **kw: Any) -> OpInfo:
+    return OpInfo(name, op=fn, sample_inputs_func=_dense_samples, dtypes=(torch.float32,),
+                  supports_autograd=False, **kw)
+
+
+def _dense_view(x: torch.Tensor) -> torch.Tensor:
+    """x's storage read as dense row-major from its offset (a stride-ignoring kernel)."""
+    strides, step = [], 1
+    for size in reversed(x.shape):
+        strides.insert(0, step)
+        step *= size
+    return torch.as_strided(x, x.shape, strides, x.storage_offset())
+
+
+def _checks(ev: Any) -> dict[str, str]:
+    return {k: c.wrong for k, c in ev.checks.items() if c.wrong}
+
+
+def test_stride_ignoring_kernel_fails_the_noncontiguous_check(device: str) -> None:
+    op = _variant_op("strided_bug", lambda x: (_dense_view(x) if _on_device(x) else x) * 3)
+    ev = evaluate(Case("strided_bug", "float32", False, primary=True), device, None, SEED,
+                  NO_SPARSE, op=op)
+    wrong = _checks(ev)
+    assert set(wrong) >= {"noncontiguous"} and "output" not in wrong, wrong
+    assert "noncontiguous" in wrong["noncontiguous"], wrong
+
+
+def test_offset_ignoring_kernel_fails_the_offset_check(device: str) -> None:
+    def bug(x: torch.Tensor) -> torch.Tensor:
+        if _on_device(x):
+            x = torch.as_strided(x, x.shape, x.stride(), 0)
+        return x.exp()
+
+    ev = evaluate(Case("offset_bug", "float32", False, primary=True), device, None, SEED,
+                  NO_SPARSE, op=_variant_op("offset_bug", bug))
+    wrong = _checks(ev)
+    assert "offset" in wrong and "output" not in wrong, wrong
+
+
+def test_a_write_outside_the_view_is_seen(device: str) -> None:
+    def bug(x: torch.Tensor) -> torch.Tensor:
+        if _on_device(x) and x.storage_offset() > 0:
+            torch.as_strided(x, (1,), (1,), x.storage_offset() - 1).fill_(7.0)
+        return x * 2
+
+    ev = evaluate(Case("outside_bug", "float32", False, primary=True), device, None, SEED,
+                  NO_SPARSE, op=_variant_op("outside_bug", bug))
+    wrong = _checks(ev)
+    assert "offset" in wrong and "input" in wrong["offset"], wrong
+
+
+def test_a_kernel_that_mutates_its_input_fails_the_output_check(device: str) -> None:
+    def bug(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        if _on_device(x):
+            x.zero_()
+        return y
+
+    ev = evaluate(Case("mutating_bug", "float32", False, primary=True), device, None, SEED,
+                  NO_SPARSE, op=_variant_op("mutating_bug", bug))
+    assert "after the call" in ev.check("output").wrong, ev.check("output")
+
+
+def test_out_and_inplace_variants_check_what_they_write(device: str) -> None:
+    def mul(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        if out is None:
+            return x * 2
+        if not _on_device(x):
+            return torch.mul(x, 2, out=out)
+        return out  # "success" without writing
+
+    def mul_(x: torch.Tensor) -> torch.Tensor:
+        return x.mul_(2) if not _on_device(x) else x.mul_(2).add_(1)
+
+    op = _variant_op("out_bug", mul, supports_out=True, inplace_variant=mul_)
+    case = Case("out_bug", "float32", False, primary=True)
+    assert {"inplace", "out"} <= set(opinfo_sweep.checks_of(case, op))
+    ev = evaluate(case, device, None, SEED, NO_SPARSE, op=op)
+    wrong = _checks(ev)
+    assert set(wrong) == {"out", "inplace"}, wrong
+    assert wrong["out"].startswith("out= (contiguous out)"), wrong["out"]
+
+
+def test_a_broadcast_operand_is_compared_on_its_own_values(device: str) -> None:
+    def bug(x: torch.Tensor) -> torch.Tensor:
+        if _on_device(x) and 0 in x.stride():
+            return _dense_view(x.contiguous()) + 1
+        return x + 0
+
+    ev = evaluate(Case("broadcast_bug", "float32", False, primary=True), device, None, SEED,
+                  NO_SPARSE, op=_variant_op("broadcast_bug", bug))
+    wrong = _checks(ev)
+    assert set(wrong) == {"broadcast"}, wrong
+
+
+def test_variants_pass_for_a_correct_kernel(device: str) -> None:
+    ev = evaluate(Case("mul", "float32", True, primary=True), device, None, SEED, NO_SPARSE)
+    ran = {k: c.samples for k, c in ev.checks.items()}
+    assert not _checks(ev) and not [c.error for c in ev.checks.values() if c.error], ev.checks
+    for name in ("noncontiguous", "noncontiguous_grad", "offset", "broadcast", "inplace",
+                 "out"):
+        assert ran.get(name, 0) > 0, (name, ran)
+    assert ev.samples == opinfo_sweep.SAMPLES, ev.samples

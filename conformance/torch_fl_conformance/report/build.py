@@ -11,13 +11,15 @@ from typing import Any
 
 from torch_fl_conformance import outcomes
 from torch_fl_conformance.report import integrity
+from torch_fl_conformance.report.suspects import rank_suspects
 from torch_fl_conformance.requirements import LEVEL_NAMES, LEVELS, load_requirements
+from torch_fl_conformance.session import opinfo_case_of
 
 SCHEMA = "torchfl-conformance-report"
-SCHEMA_VERSION = "1.0"
+# 1.1: the BLOCKED outcome, "suspects", per-test "kernels", the sweep's variant checks
+SCHEMA_VERSION = "1.1"
 COVERAGE_CLASSES = ("native", "decomposed", "fallback", "error", "wrong", "crash", "timeout",
-                    "unsupported")
-_OPINFO_ID = re.compile(r"L1/test_opinfo\.py::test_op\[(.+)-([a-z0-9]+)-(runs|output|grad)\]$")
+                    "blocked", "unsupported")
 _EXC = re.compile(r"\b([A-Z][A-Za-z]*(?:Error|Exception|Failure))\b")
 
 
@@ -133,26 +135,28 @@ def _levels(reqs: list[dict[str, Any]], requested: str, partial: bool) -> dict[s
 def _coverage(tests: list[dict[str, Any]]) -> dict[str, Any]:
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for t in tests:
-        m = _OPINFO_ID.search(t["id"])
-        if m is None:
+        parsed = opinfo_case_of(t["id"])
+        if parsed is None:
             continue
-        key = (m.group(1), m.group(2))
+        key = (parsed[0], parsed[1])
         data = (t.get("data") or {}).get("opinfo")
         row = rows.setdefault(key, {"op": key[0], "dtype": key[1], "class": None,
                                     "checks": {}})
-        row["checks"][m.group(3)] = t["outcome"]
-        if data:
+        row["checks"][parsed[2]] = t["outcome"]
+        if data and "class" in data:
             for f in ("forward", "backward", "samples", "fallback_ops", "decomposed_ops",
                       "max_abs", "max_rel", "grad_max_abs", "grad_max_rel", "forward_error",
                       "backward_error", "wrong", "grad_wrong", "shape_only", "random",
-                      "unsupported_samples"):
+                      "unsupported_samples", "variants"):
                 if f in data:
                     row[f] = data[f]
-            row["class"] = data.get("class", row["class"])
+            row["class"] = data["class"]
         if t["outcome"] == outcomes.CRASH:
             row["class"], row["message"] = "crash", t.get("message", "")
         elif t["outcome"] == outcomes.TIMEOUT and row["class"] != "crash":
             row["class"], row["message"] = "timeout", t.get("message", "")
+        elif t["outcome"] == outcomes.BLOCKED and row["class"] in (None, "unsupported"):
+            row["class"], row["message"] = "blocked", t.get("message", "")
     for row in rows.values():
         if row["class"] is None:
             row["class"] = "unsupported"
@@ -196,7 +200,7 @@ def _errors(tests: list[dict[str, Any]]) -> dict[str, Any]:
                                      else "other")
         exc[name] += 1
         example.setdefault(name, t["id"])
-    for o in (outcomes.CRASH, outcomes.TIMEOUT):
+    for o in (outcomes.CRASH, outcomes.TIMEOUT, outcomes.BLOCKED):
         if by_outcome.get(o):
             exc[o.lower()] = by_outcome[o]
             example.setdefault(o.lower(), next(t["id"] for t in tests if t["outcome"] == o))
@@ -246,6 +250,7 @@ def build_report(*, target: dict[str, Any], host: dict[str, Any], options: dict[
         "requirements": req_status,
         "tests": tests,
         "coverage": _coverage(tests),
+        "suspects": rank_suspects(tests),
         "op_stats": {"rows": op_stats, "totals": totals},
         "errors": _errors(tests),
         "expectations": {

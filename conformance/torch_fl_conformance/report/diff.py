@@ -12,7 +12,7 @@ _LEVEL_RANK = {"none": -1, **{lv: i for i, lv in enumerate(LEVELS)}}
 _REQ_RANK = {"met": 0, "skipped": 1, "not_tested": 1, "unverified": 2, "waived": 3,
              "not_met": 4}
 _COV_RANK = {"native": 0, "decomposed": 1, "fallback": 2, "unsupported": 3, "error": 4,
-             "wrong": 5, "timeout": 6, "crash": 7}
+             "blocked": 5, "wrong": 6, "timeout": 7, "crash": 8}
 
 
 def diff_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, list[str]]:

@@ -71,7 +71,10 @@ SCHEMA: dict[str, Any] = {
                          "type": "object", "required": ["op", "dtype", "class"],
                          "properties": {"class": {"type": "string", "enum": [
                              "native", "decomposed", "fallback", "error", "wrong", "crash",
-                             "timeout", "unsupported"]}}}}}},
+                             "timeout", "blocked", "unsupported"]}}}}}},
+        "suspects": {"type": "array", "items": {
+            "type": "object", "required": ["kernel", "failing_cases", "score"],
+            "properties": {"kernel": _STR, "failing_cases": _INT, "score": _NUM}}},
         "op_stats": {"type": "object", "required": ["rows", "totals"]},
         "errors": {"type": "object", "required": ["by_outcome", "by_area", "by_kind"]},
         "expectations": {"type": "object", "required": ["applied", "stale", "xpassed"]},

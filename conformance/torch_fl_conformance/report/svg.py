@@ -7,9 +7,10 @@ from html import escape
 COLORS = {
     "PASS": "#2e7d32", "FAIL": "#c62828", "ERROR": "#ad1457", "SKIP": "#9e9e9e",
     "XFAIL": "#ef6c00", "XPASS": "#7cb342", "CRASH": "#4a148c", "TIMEOUT": "#6d4c41",
-    "NOT_RUN": "#cfd8dc",
+    "NOT_RUN": "#cfd8dc", "BLOCKED": "#8d6e63",
     "native": "#2e7d32", "decomposed": "#81c784", "fallback": "#fbc02d", "error": "#ad1457",
-    "wrong": "#c62828", "crash": "#4a148c", "timeout": "#6d4c41", "unsupported": "#bdbdbd",
+    "wrong": "#c62828", "crash": "#4a148c", "timeout": "#6d4c41", "blocked": "#8d6e63",
+    "unsupported": "#bdbdbd",
 }
 
 

@@ -18,8 +18,18 @@ from torch_fl_conformance.requirements import LEVEL_NAMES
 
 __all__ = ["write_all"]
 
-BAD_SHOWN = (outcomes.FAIL, outcomes.ERROR, outcomes.CRASH, outcomes.TIMEOUT, outcomes.XFAIL,
-             outcomes.XPASS, outcomes.NOT_RUN)
+BAD_SHOWN = (outcomes.FAIL, outcomes.ERROR, outcomes.CRASH, outcomes.TIMEOUT, outcomes.BLOCKED,
+             outcomes.XFAIL, outcomes.XPASS, outcomes.NOT_RUN)
+
+
+def _suspect_why(s: dict[str, Any]) -> str:
+    parts = []
+    if s.get("raised_or_hung"):
+        parts.append("raised, crashed or hung itself")
+    if s.get("own_entry_fails"):
+        parts.append("its own op_db entry fails: " + ", ".join(s["own_entry_fails"]))
+    parts.append(f"in {s['failing_cases']} failing case(s) of {s['ran_in_cases']} it ran in")
+    return "; ".join(parts)
 
 
 def write_all(report: dict[str, Any], directory: str) -> dict[str, str]:
@@ -95,6 +105,13 @@ def render_markdown(r: dict[str, Any]) -> str:
     for q in r["requirements"]:
         lines.append(f"| {q['id']} | {q['strength']} | {q['level']} | {q['status']} | "
                      f"{_md_cell(q['why'])} |")
+    if r.get("suspects"):
+        lines += ["", "## Suspect kernels", "",
+                  "The plugin's kernels the failures point at, most suspect first.", "",
+                  "| kernel | score | why | e.g. |", "|---|---|---|---|"]
+        for x in r["suspects"][:10]:
+            lines.append(f"| `{x['kernel']}` | {x['score']:g} | {_md_cell(_suspect_why(x))} | "
+                         f"`{x['examples'][0] if x['examples'] else ''}` |")
     cov = r["coverage"]
     if cov["ops"]:
         t = cov["totals"]
@@ -157,7 +174,8 @@ td,th{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
 th{background:#f5f5f5}.badge{display:inline-block;padding:6px 12px;border-radius:6px;color:#fff;
 font-weight:bold;font-size:18px}.met{color:#2e7d32;font-weight:bold}
 .not_met,.waived,.unverified{color:#c62828;font-weight:bold}.skipped,.not_tested{color:#757575}
-.o-PASS{color:#2e7d32}.o-FAIL,.o-ERROR,.o-CRASH,.o-TIMEOUT{color:#c62828;font-weight:bold}
+.o-PASS{color:#2e7d32}.o-FAIL,.o-ERROR,.o-CRASH,.o-TIMEOUT,.o-BLOCKED{color:#c62828;
+font-weight:bold}
 .o-SKIP{color:#757575}code{font-size:12px}pre{white-space:pre-wrap;font-size:11px;
 background:#fafafa;padding:6px;max-height:240px;overflow:auto}
 details{margin:6px 0}summary{cursor:pointer}
@@ -224,6 +242,17 @@ def render_html(r: dict[str, Any]) -> str:
     kinds = [(k["kind"], k["count"]) for k in r["errors"]["by_kind"][:15]]
     out.append("<h2>Error distribution</h2>")
     out.append(svg.bars(kinds, "Failures by kind"))
+
+    if r.get("suspects"):
+        out.append("<h2>Suspect kernels</h2><p>The plugin's kernels the failures point at, "
+                   "most suspect first.</p><table><tr><th>kernel</th><th>score</th>"
+                   "<th>why</th><th>examples</th></tr>")
+        for x in r["suspects"]:
+            out.append(f"<tr><td><code>{_h(x['kernel'])}</code></td><td>{x['score']:g}</td>"
+                       f"<td>{_h(_suspect_why(x))}</td><td>"
+                       + "<br>".join(f"<code>{_h(e)}</code>" for e in x["examples"])
+                       + "</td></tr>")
+        out.append("</table>")
 
     out.append("<h2>Requirements</h2><table><tr><th>id</th><th>strength</th><th>level</th>"
                "<th>capability</th><th>status</th><th>tests</th><th>requirement</th>"
@@ -321,7 +350,7 @@ def render_junit(r: dict[str, Any]) -> bytes:
             suites, "testsuite", name=area, tests=str(len(tests)),
             failures=str(c[outcomes.FAIL] + c[outcomes.XPASS]),
             errors=str(c[outcomes.ERROR] + c[outcomes.CRASH] + c[outcomes.TIMEOUT]
-                       + c[outcomes.NOT_RUN]),
+                       + c[outcomes.NOT_RUN] + c[outcomes.BLOCKED]),
             skipped=str(c[outcomes.SKIP] + c[outcomes.XFAIL]),
             time=f"{sum(t['duration_s'] for t in tests):.3f}")
         props = ET.SubElement(suite, "properties")
@@ -338,7 +367,8 @@ def render_junit(r: dict[str, Any]) -> bytes:
             if o in (outcomes.FAIL, outcomes.XPASS):
                 el = ET.SubElement(case, "failure", message=msg[:500], type=o)
                 el.text = t.get("detail", "")
-            elif o in (outcomes.ERROR, outcomes.CRASH, outcomes.TIMEOUT, outcomes.NOT_RUN):
+            elif o in (outcomes.ERROR, outcomes.CRASH, outcomes.TIMEOUT, outcomes.NOT_RUN,
+                       outcomes.BLOCKED):
                 el = ET.SubElement(case, "error", message=msg[:500], type=o)
                 el.text = t.get("detail", "")
             elif o in (outcomes.SKIP, outcomes.XFAIL):

@@ -53,7 +53,7 @@ def test_generator_state(target: Any, device: str) -> None:
         "an explicit device generator is not reproducible"
 
 
-@pytest.mark.requirement("TFL-RNG-003")
+@pytest.mark.requirement("TFL-RNG-004")
 def test_distributions(device: str) -> None:
     torch.manual_seed(2024)
     n = 200_000
@@ -68,3 +68,13 @@ def test_distributions(device: str) -> None:
     r = torch.randint(0, 10, (n,), device=device).cpu()
     counts = torch.bincount(r, minlength=10).double() / n
     assert r.min() >= 0 and r.max() <= 9 and float((counts - 0.1).abs().max()) < 0.01, counts
+    # The range of uniform_ with bounds, and its spread (the variance of U(a, b) is
+    # (b - a)^2 / 12), not only its mean.
+    w = torch.empty(n, device=device).uniform_(-3.0, 5.0).cpu().double()
+    assert w.min() >= -3.0 and w.max() < 5.0, (float(w.min()), float(w.max()))
+    assert abs(float(w.mean()) - 1.0) < 0.03, f"uniform_(-3, 5) mean {float(w.mean())}"
+    assert abs(float(w.var()) - 64 / 12) < 0.1, f"uniform_(-3, 5) variance {float(w.var())}"
+    assert abs(float(u.var()) - 1 / 12) < 0.002, f"rand variance {float(u.var())}"
+    m = torch.normal(2.0, 3.0, (n,), device=device).cpu().double()
+    assert abs(float(m.mean()) - 2.0) < 0.05 and abs(float(m.std()) - 3.0) < 0.05, \
+        (float(m.mean()), float(m.std()))

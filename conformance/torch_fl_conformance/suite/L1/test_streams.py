@@ -1,11 +1,29 @@
-"""L1 streams and events: ordering, cross-stream waits, event timing."""
+"""L1 streams and events: ordering, cross-stream waits, event timing, and that
+completion is not claimed early.
+
+An event recorded behind pending work must not report completion (query()) nor
+return from synchronize() before that work is done; Stream.synchronize() and the
+device's synchronize() must wait for it (TFL-STREAM-005, -006). The pending work is
+made of ordinary operations (in-place adds on a 4 MiB tensor), calibrated on the
+device: HOLD_S seconds when run synchronized (the least of CALIBRATIONS runs).
+Then the same work is enqueued and the claim checked: a query() that says done,
+or a synchronize() that returns, is accepted only if EARLY_SHARE of that time has
+passed since the work was enqueued. A synchronous device (each launch returns when
+the kernel is done) meets this by construction.
+"""
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any
 
 import pytest
 import torch
+
+HOLD_S = 0.3
+CALIBRATIONS = 3
+EARLY_SHARE = 0.5
 
 
 def _mod(target: Any) -> Any:
@@ -96,3 +114,101 @@ def test_elapsed_time(target: Any, device: str) -> None:
     small, big = timed(1), timed(40)
     assert small >= 0.0 and big >= 0.0, (small, big)
     assert big > small, f"40 matmuls took {big} ms, one took {small} ms"
+
+
+class _Work:
+    """Calibrated pending work: n in-place adds on a tensor of 2^20 float32."""
+
+    def __init__(self, mod: Any, device: str) -> None:
+        self.mod = mod
+        self.total = 0.0  # additions so far: the value every element must hold
+        self.x = torch.zeros(1 << 20, device=device)
+        mod.synchronize()
+        self.n = 8
+        while True:
+            t = self._timed(self.n)
+            if t >= HOLD_S or self.n >= 1 << 14:
+                break
+            self.n = min(1 << 14, max(self.n * 2, math.ceil(self.n * HOLD_S / max(t, 1e-4))))
+        self.seconds = min([t] + [self._timed(self.n) for _ in range(CALIBRATIONS - 1)])
+
+    def _timed(self, n: int) -> float:
+        t0 = time.perf_counter()
+        self.enqueue(n)
+        self.mod.synchronize()
+        return time.perf_counter() - t0
+
+    def enqueue(self, n: int | None = None) -> None:
+        for _ in range(self.n if n is None else n):
+            self.x.add_(1.0)
+        self.total += self.n if n is None else n
+
+    def check_value(self, what: str) -> None:
+        got = float(self.x[-1:].cpu())
+        assert got == self.total, (f"{what}: the last element is {got} after {self.total:.0f} "
+                                   "additions of 1: the result was read before the work ended")
+
+    def early(self, elapsed: float) -> bool:
+        return elapsed < EARLY_SHARE * self.seconds
+
+
+@pytest.mark.requirement("TFL-STREAM-005")
+def test_event_not_complete_before_its_work(target: Any, device: str, record: Any) -> None:
+    mod = _mod(target)
+    work = _Work(mod, device)
+    record("hold", {"adds": work.n, "seconds": round(work.seconds, 4)})
+    t0 = time.perf_counter()
+    work.enqueue()
+    ev = mod.Event()
+    ev.record()
+    done = ev.query()
+    at_query = time.perf_counter() - t0
+    assert not (done and work.early(at_query)), (
+        f"Event.query() said complete {at_query * 1e3:.1f} ms after {work.n} adds were "
+        f"enqueued; they take {work.seconds * 1e3:.1f} ms")
+    ev.synchronize()
+    at_sync = time.perf_counter() - t0
+    assert not work.early(at_sync), (
+        f"Event.synchronize() returned {at_sync * 1e3:.1f} ms after {work.n} adds were "
+        f"enqueued; they take {work.seconds * 1e3:.1f} ms")
+    assert ev.query(), "the event is not complete after Event.synchronize()"
+    work.check_value("after Event.synchronize()")
+    t0 = time.perf_counter()
+    work.enqueue()
+    blocking = mod.Event(blocking=True)
+    blocking.record()
+    blocking.wait()  # the current stream waits; the host does not
+    blocking.synchronize()
+    at_sync = time.perf_counter() - t0
+    assert not work.early(at_sync), (
+        f"a blocking Event.synchronize() returned {at_sync * 1e3:.1f} ms after the work; it "
+        f"takes {work.seconds * 1e3:.1f} ms")
+    work.check_value("after a blocking event's synchronize()")
+
+
+@pytest.mark.requirement("TFL-STREAM-006")
+def test_synchronize_waits_for_pending_work(target: Any, device: str, record: Any) -> None:
+    mod = _mod(target)
+    work = _Work(mod, device)
+    record("hold", {"adds": work.n, "seconds": round(work.seconds, 4)})
+    side = mod.Stream()
+    side.wait_stream(mod.current_stream())
+    with mod.stream(side):
+        t0 = time.perf_counter()
+        work.enqueue()
+    work.x.record_stream(side)
+    side.synchronize()
+    elapsed = time.perf_counter() - t0
+    assert not work.early(elapsed), (
+        f"Stream.synchronize() returned {elapsed * 1e3:.1f} ms after {work.n} adds were "
+        f"enqueued on it; they take {work.seconds * 1e3:.1f} ms")
+    assert side.query(), "the stream is busy after Stream.synchronize()"
+    work.check_value("after Stream.synchronize()")
+    t0 = time.perf_counter()
+    work.enqueue()
+    mod.synchronize()
+    elapsed = time.perf_counter() - t0
+    assert not work.early(elapsed), (
+        f"torch.{target.device_type}.synchronize() returned {elapsed * 1e3:.1f} ms after "
+        f"{work.n} adds were enqueued; they take {work.seconds * 1e3:.1f} ms")
+    work.check_value("after the device's synchronize()")
