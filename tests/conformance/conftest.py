@@ -16,8 +16,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli_env(**extra: str) -> dict[str, str]:
+    """This process's environment without flemu's and torch-fl's settings (a run
+    sets its own), keeping FLEMU_LIBRARY: which build of flemu is certified."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("FLEMU_", "TORCH_FL_", "PYTEST_"))}
+           if not k.startswith(("FLEMU_", "TORCH_FL_", "PYTEST_")) or k == "FLEMU_LIBRARY"}
     env.update(extra)
     return env
 

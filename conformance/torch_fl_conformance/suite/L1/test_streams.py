@@ -212,3 +212,7 @@ def test_synchronize_waits_for_pending_work(target: Any, device: str, record: An
         f"torch.{target.device_type}.synchronize() returned {elapsed * 1e3:.1f} ms after "
         f"{work.n} adds were enqueued; they take {work.seconds * 1e3:.1f} ms")
     work.check_value("after the device's synchronize()")
+    # A blocking copy to the host is ordered after the work on its stream: the suite
+    # reads results through such copies, or after a synchronize.
+    work.enqueue()
+    work.check_value("through a blocking copy right after the work was enqueued")
