@@ -10,7 +10,6 @@
 #include "elementwise_launch.h"
 #include "gemm.h"
 #include "registry.h"
-#include "tensor_kernels.h"
 
 namespace flemu {
 namespace {

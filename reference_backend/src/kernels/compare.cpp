@@ -6,7 +6,6 @@
 
 #include "elementwise_launch.h"
 #include "registry.h"
-#include "tensor_kernels.h"
 
 namespace flemu {
 namespace {

@@ -18,7 +18,7 @@
 
 #include "gemm.h"
 #include "nn_common.h"
-#include "nn_kernels.h"
+#include "registry.h"
 
 namespace flemu {
 namespace {

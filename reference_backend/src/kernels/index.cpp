@@ -12,7 +12,6 @@
 #include "elementwise_launch.h"
 #include "elementwise_ops.h"
 #include "registry.h"
-#include "tensor_kernels.h"
 
 namespace flemu {
 namespace {

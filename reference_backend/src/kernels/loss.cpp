@@ -11,7 +11,6 @@
 #include "../thread_pool.h"
 #include "elementwise_launch.h"
 #include "registry.h"
-#include "tensor_kernels.h"
 
 namespace flemu {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "nn_common.h"
-#include "nn_kernels.h"
+#include "registry.h"
 
 namespace flemu {
 namespace {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "nn_common.h"
-#include "nn_kernels.h"
+#include "registry.h"
 #include "philox.h"
 
 namespace flemu {

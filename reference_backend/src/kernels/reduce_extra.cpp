@@ -16,7 +16,6 @@
 #include "../thread_pool.h"
 #include "elementwise_launch.h"
 #include "registry.h"
-#include "tensor_kernels.h"
 
 namespace flemu {
 namespace {

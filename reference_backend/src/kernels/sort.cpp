@@ -16,7 +16,6 @@
 #include "elementwise_launch.h"
 #include "nn_common.h"
 #include "registry.h"
-#include "tensor_kernels.h"
 
 namespace flemu {
 namespace {
