@@ -90,13 +90,13 @@ def test_decomposition_needing_non_native_parts_falls_back_to_cpu() -> None:
     assert out.split() == ["1", "0", "0"], out
 
 
-_BATCH_NORM_KERNELS = ",".join([
-    "aten::native_batch_norm", "aten::_native_batch_norm_legit",
-    "aten::_native_batch_norm_legit.no_stats", "aten::_native_batch_norm_legit_no_training",
-    "aten::_batch_norm_with_update", "aten::_batch_norm_no_update",
-    # a part of its decomposition, so that the CPU fallback runs it
-    "aten::var_mean.correction",
-])
+# Every batch-norm kernel, and a part of its decomposition so that the CPU
+# fallback runs it.
+_BATCH_NORM_KERNELS = (
+    "aten::native_batch_norm,aten::_native_batch_norm_legit,"
+    "aten::_native_batch_norm_legit.no_stats,aten::_native_batch_norm_legit_no_training,"
+    "aten::_batch_norm_with_update,aten::_batch_norm_no_update,aten::var_mean.correction"
+)
 
 
 def test_cpu_fallback_writes_back_mutations_the_schema_leaves_unannotated() -> None:

@@ -11,10 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import flemu
 import pytest
 from support import compile_c, run_python
-
-import flemu
 
 FIXTURE = Path(__file__).parent / "fixtures" / "dense_plugin.c"
 

@@ -14,8 +14,10 @@ import os
 # importing them before torch would hand autoload half-initialized modules.
 import torch  # noqa: F401
 
+from torch_fl._active import get_plugin
 from torch_fl._discovery import PluginSpec, discover_plugins
-from torch_fl._registration import PluginHandle, get_plugin, register_device_plugin
+from torch_fl._handle import PluginHandle
+from torch_fl._registration import register_device_plugin
 from torch_fl.device_module import DeviceProperties
 from torch_fl.errors import (
     ABIMismatchError,

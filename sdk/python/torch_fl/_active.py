@@ -3,10 +3,7 @@ process, so there is at most one; registration sets it, everything else reads it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from torch_fl._registration import PluginHandle
+from torch_fl._handle import PluginHandle
 
 __all__ = ["get_plugin", "set_plugin"]
 

@@ -1,6 +1,6 @@
 #include "caching_allocator.h"
 
-#include "plugin.h"
+#include "loaded_plugin.h"
 #include "streams.h"
 
 #include <c10/util/Exception.h>

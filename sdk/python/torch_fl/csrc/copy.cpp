@@ -4,7 +4,7 @@
 #include "device_tensor.h"
 #include "host_allocator.h"
 #include "kernel_abi.h"
-#include "plugin.h"
+#include "loaded_plugin.h"
 #include "streams.h"
 
 #include <ATen/ATen.h>
@@ -54,6 +54,18 @@ at::Tensor read_extent(const at::Tensor& src) {
   return buffer.as_strided(src.sizes(), src.strides());
 }
 
+// Whether the plugin's copy kernel takes a copy between these dtypes and
+// layouts: both dtypes in its mask, and dense operands when its flags ask for
+// them (such a kernel converts dtypes but cannot serve strided copies).
+bool copy_kernel_takes(c10::ScalarType dst, c10::ScalarType src, bool both_dense) {
+  const TFL_KernelDesc* desc = g_copy_kernel.load(std::memory_order_acquire);
+  if (desc == nullptr || (desc->dtypes & dtype_bit(dst)) == 0 || (desc->dtypes & dtype_bit(src)) == 0) {
+    return false;
+  }
+  return both_dense ||
+      (desc->flags & (TFL_KERNEL_CONTIGUOUS_INPUTS | TFL_KERNEL_CONTIGUOUS_OUTPUTS)) == 0;
+}
+
 void launch_copy_kernel(const at::Tensor& dst, const at::Tensor& src) {
   const TFL_KernelDesc* desc = g_copy_kernel.load(std::memory_order_acquire);
   const c10::DeviceIndex device = dst.device().index();
@@ -98,7 +110,8 @@ void copy_on_device(const at::Tensor& dst, const at::Tensor& src) {
         nbytes_of(dst), StreamRegistry::get().current_native(device), false);
     return;
   }
-  if (has_copy_kernel()) {
+  if (copy_kernel_takes(dst.scalar_type(), src.scalar_type(),
+                        dst.is_contiguous() && src.is_contiguous())) {
     launch_copy_kernel(dst, src);
     return;
   }
@@ -124,7 +137,7 @@ void copy_host_to_device(const at::Tensor& dst, const at::Tensor& src, bool non_
     }
     return;
   }
-  if (has_copy_kernel()) {
+  if (copy_kernel_takes(dst.scalar_type(), dst.scalar_type(), false)) {
     at::Tensor dense = empty_device(dst.sizes(), dst.scalar_type(), device);
     copy_host_to_device(dense, host, false);
     launch_copy_kernel(dst, dense);
@@ -144,7 +157,7 @@ void copy_host_to_device(const at::Tensor& dst, const at::Tensor& src, bool non_
 void copy_device_to_host(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
   const c10::DeviceIndex device = src.device().index();
   if (!src.is_non_overlapping_and_dense()) {
-    if (has_copy_kernel()) {
+    if (copy_kernel_takes(src.scalar_type(), src.scalar_type(), false)) {
       at::Tensor dense = empty_device(src.sizes(), src.scalar_type(), device);
       launch_copy_kernel(dense, src);
       copy_device_to_host(dst, dense, false);
@@ -196,9 +209,6 @@ void set_copy_kernel(const TFL_KernelDesc* desc) {
   g_copy_kernel.store(desc, std::memory_order_release);
 }
 
-bool has_copy_kernel() {
-  return g_copy_kernel.load(std::memory_order_acquire) != nullptr;
-}
 
 void plugin_memcpy(
     TFL_CopyKind kind,

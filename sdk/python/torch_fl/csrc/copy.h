@@ -29,9 +29,9 @@ at::Tensor to_device(const at::Tensor& host_tensor, c10::DeviceIndex device, boo
 // Bytes moved between host and device by this thread so far.
 uint64_t& transfer_bytes();
 
-// The plugin's strided copy/cast kernel, if it registered "aten::copy_".
+// The plugin's strided copy/cast kernel, if it registered "aten::copy_";
+// used only for the dtypes it declares.
 void set_copy_kernel(const TFL_KernelDesc* desc);
-bool has_copy_kernel();
 
 // Wraps TFL_Memory_Copy.
 void plugin_memcpy(

@@ -1,7 +1,7 @@
 #include "device_tensor.h"
 
 #include "caching_allocator.h"
-#include "plugin.h"
+#include "loaded_plugin.h"
 
 #include <ATen/EmptyTensor.h>
 

@@ -4,7 +4,7 @@
 #include "generator.h"
 #include "op_rules.h"
 #include "op_stats.h"
-#include "plugin.h"
+#include "loaded_plugin.h"
 #include "streams.h"
 
 #include <ATen/ATen.h>

@@ -1,6 +1,6 @@
 #include "generator.h"
 
-#include "plugin.h"
+#include "loaded_plugin.h"
 
 #include <ATen/EmptyTensor.h>
 #include <c10/core/TensorImpl.h>

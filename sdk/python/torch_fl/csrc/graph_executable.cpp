@@ -4,7 +4,7 @@
 // current stream of its device and is destroyed with its Python object.
 #include "bindings.h"
 #include "kernel_abi.h"
-#include "plugin.h"
+#include "loaded_plugin.h"
 #include "streams.h"
 
 #include <torch/csrc/utils/pybind.h>

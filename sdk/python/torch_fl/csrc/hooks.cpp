@@ -4,7 +4,7 @@
 #include "copy.h"
 #include "generator.h"
 #include "host_allocator.h"
-#include "plugin.h"
+#include "loaded_plugin.h"
 #include "streams.h"
 
 #include <ATen/detail/PrivateUse1HooksInterface.h>

@@ -1,6 +1,6 @@
 #include "host_allocator.h"
 
-#include "plugin.h"
+#include "loaded_plugin.h"
 #include "streams.h"
 
 #include <cstring>

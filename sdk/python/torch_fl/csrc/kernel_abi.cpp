@@ -1,7 +1,7 @@
 #include "kernel_abi.h"
 
 #include "caching_allocator.h"
-#include "plugin.h"
+#include "loaded_plugin.h"
 
 namespace torch_fl::bridge {
 

@@ -4,7 +4,7 @@
 // Each registration is one NativeKernel (native_kernel.h: the op path).
 #pragma once
 
-#include "plugin.h"
+#include "loaded_plugin.h"
 
 #include <torch/library.h>
 

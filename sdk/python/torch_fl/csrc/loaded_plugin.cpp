@@ -1,4 +1,4 @@
-#include "plugin.h"
+#include "loaded_plugin.h"
 
 #include <dlfcn.h>
 #include <elf.h>

@@ -8,7 +8,7 @@
 #include "copy.h"
 #include "device_tensor.h"
 #include "op_stats.h"
-#include "plugin.h"
+#include "loaded_plugin.h"
 #include "streams.h"
 
 #include <ATen/EmptyTensor.h>

@@ -13,7 +13,7 @@
 #include "minimal_ops.h"
 #include "op_rules.h"
 #include "op_stats.h"
-#include "plugin.h"
+#include "loaded_plugin.h"
 #include "streams.h"
 
 #include <torch/csrc/Generator.h>

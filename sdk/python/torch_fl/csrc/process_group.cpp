@@ -18,9 +18,17 @@
 // synchronizes those events in order and completes the Work and its Future
 // with the plugin's error, if any; the Work holds its tensors until then, so
 // memory freed by the caller is not reused while the plugin still reads it.
+//
+// Below the Backend: group_communicator.cpp (the communicator's lifetime),
+// collective_work.cpp (the Work, its events and the completion lanes) and
+// collective_tensors.cpp (checks of c10d's tensor arguments, flat buffers,
+// split sizes, reduce ops).
 #include "bindings.h"
+#include "collective_tensors.h"
+#include "collective_work.h"
+#include "group_communicator.h"
 #include "kernel_abi.h"
-#include "plugin.h"
+#include "loaded_plugin.h"
 #include "streams.h"
 
 #include <ATen/ATen.h>
@@ -32,272 +40,14 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/csrc/utils/pybind.h>
 
-#include <condition_variable>
-#include <deque>
 #include <mutex>
 #include <set>
-#include <thread>
 
 namespace py = pybind11;
 
-namespace torch_fl::bridge {
+namespace torch_fl::bridge::dist {
 
 namespace {
-
-constexpr const char* kBackendName = "tfl";
-constexpr auto kType = c10::DeviceType::PrivateUse1;
-
-std::string device_name(c10::DeviceIndex index) {
-  return c10::get_privateuse1_backend() + ":" + std::to_string(static_cast<int>(index));
-}
-
-const TFL_CollectivesApi& collectives() {
-  const TFL_Api& api = active_plugin().api();
-  const bool present = api.struct_size >= TFL_STRUCT_SIZE(TFL_Api, collectives) && api.collectives != nullptr &&
-      api.collectives->struct_size >= TFL_CollectivesApi_STRUCT_SIZE;
-  TORCH_CHECK_NOT_IMPLEMENTED(
-      present, "plugin '", active_plugin().name(),
-      "' has no collectives group; torch.distributed can only use gloo (CPU tensors) with it");
-  return *api.collectives;
-}
-
-[[noreturn]] void throw_comm_error(TFL_Error* error, const std::string& what) {
-  const Plugin& plugin = active_plugin();
-  auto [code, message] = plugin.consume(error);
-  throw c10::DistBackendError(
-      {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-      "plugin '" + plugin.name() + "': " + what + " failed with " + error_code_name(code) + ": " + message);
-}
-
-// Synchronous plugin errors: bad arguments map like every other plugin call
-// (ValueError, NotImplementedError); anything else is a backend error.
-void check_call(TFL_Error* error, const char* what) {
-  if (error == nullptr) {
-    return;
-  }
-  const Plugin& plugin = active_plugin();
-  TFL_Error_GetCode_Args c{};
-  c.struct_size = TFL_Error_GetCode_Args_STRUCT_SIZE;
-  c.error = error;
-  plugin.api().core->Error_GetCode(&c);
-  if (c.code == TFL_ERR_INVALID_ARGUMENT || c.code == TFL_ERR_UNIMPLEMENTED || c.code == TFL_ERR_OUT_OF_MEMORY) {
-    plugin.check(error, what);
-  }
-  throw_comm_error(error, what);
-}
-
-TFL_Event* create_event(c10::DeviceIndex device) {
-  Plugin& plugin = active_plugin();
-  TFL_Event_Create_Args args{};
-  args.struct_size = TFL_Event_Create_Args_STRUCT_SIZE;
-  args.device = device;
-  plugin.check(plugin.stream().Event_Create(&args), "Event_Create");
-  return args.event;
-}
-
-void destroy_event(TFL_Event* event) noexcept {
-  Plugin* plugin = active_plugin_or_null();
-  if (event == nullptr || plugin == nullptr || plugin->is_shut_down()) {
-    return;
-  }
-  TFL_Event_Destroy_Args args{};
-  args.struct_size = TFL_Event_Destroy_Args_STRUCT_SIZE;
-  args.event = event;
-  plugin->consume(plugin->stream().Event_Destroy(&args));
-}
-
-void record(TFL_Event* event, TFL_Stream* stream) {
-  Plugin& plugin = active_plugin();
-  TFL_Event_Record_Args args{};
-  args.struct_size = TFL_Event_Record_Args_STRUCT_SIZE;
-  args.event = event;
-  args.stream = stream;
-  plugin.check(plugin.stream().Event_Record(&args), "Event_Record");
-}
-
-void stream_wait(TFL_Stream* stream, TFL_Event* event) {
-  Plugin& plugin = active_plugin();
-  TFL_Stream_WaitEvent_Args args{};
-  args.struct_size = TFL_Stream_WaitEvent_Args_STRUCT_SIZE;
-  args.stream = stream;
-  args.event = event;
-  plugin.check(plugin.stream().Stream_WaitEvent(&args), "Stream_WaitEvent");
-}
-
-// ---------------------------------------------------------------------------
-// Work
-// ---------------------------------------------------------------------------
-
-class WorkTFL final : public c10d::Work {
- public:
-  WorkTFL(int rank, c10d::OpType type, std::string what, std::vector<at::Tensor> outputs)
-      : c10d::Work(rank, type, nullptr),
-        what_(std::move(what)),
-        outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
-
-  ~WorkTFL() override {
-    for (TFL_Event* e : events_) {
-      destroy_event(e);
-    }
-  }
-
-  bool wait(std::chrono::milliseconds timeout) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (timeout == kNoTimeout) {
-      cv_.wait(lock, [&] { return completed_; });
-    } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-      throw c10::DistBackendError(
-          {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-          "tfl: " + what_ + " did not complete within " + std::to_string(timeout.count()) +
-              " ms of wait(); it is still running (the communicator's own timeout ends it)");
-    }
-    if (exception_) {
-      std::rethrow_exception(exception_);
-    }
-    return true;
-  }
-
-  // Completion is observed on the host, after which work enqueued on any
-  // stream is ordered after the collective.
-  void synchronize() override {}
-
-  std::vector<at::Tensor> result() override {
-    return outputs_;
-  }
-
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
-    return future_;
-  }
-
-  const std::string& what() const {
-    return what_;
-  }
-  void add_event(TFL_Event* event) {
-    events_.push_back(event);
-  }
-  const std::vector<TFL_Event*>& events() const {
-    return events_;
-  }
-  void keep(std::vector<at::Tensor> tensors) {
-    for (auto& t : tensors) {
-      keep_alive_.push_back(std::move(t));
-    }
-  }
-
-  // Called once by the completion thread.
-  void complete(std::exception_ptr error) {
-    for (TFL_Event* e : events_) {
-      destroy_event(e);
-    }
-    events_.clear();
-    keep_alive_.clear();
-    finish(error);
-    if (error) {
-      future_->setError(error);
-    } else {
-      future_->markCompleted(c10::IValue(outputs_));
-    }
-  }
-
- private:
-  std::string what_;
-  std::vector<at::Tensor> outputs_;
-  std::vector<at::Tensor> keep_alive_;
-  std::vector<TFL_Event*> events_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-};
-
-// Completes the Works of one plugin stream, in order.
-class CompletionLane {
- public:
-  explicit CompletionLane(c10::DeviceIndex device) : device_(device) {
-    thread_ = std::thread([this] { loop(); });
-  }
-  ~CompletionLane() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) {
-      thread_.join();
-    }
-  }
-
-  void push(c10::intrusive_ptr<WorkTFL> work) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(std::move(work));
-      ++pending_;
-    }
-    cv_.notify_all();
-  }
-
-  bool idle() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return pending_ == 0;
-  }
-
- private:
-  void loop() {
-    for (;;) {
-      c10::intrusive_ptr<WorkTFL> work;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) {
-          return;  // stop_ and drained
-        }
-        work = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      std::exception_ptr error;
-      Plugin* plugin = active_plugin_or_null();
-      for (TFL_Event* e : work->events()) {
-        if (plugin == nullptr || plugin->is_shut_down()) {
-          error = std::make_exception_ptr(c10::DistBackendError(
-              {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-              "tfl: " + work->what() + " cannot complete: the plugin was shut down"));
-          break;
-        }
-        TFL_Event_Synchronize_Args args{};
-        args.struct_size = TFL_Event_Synchronize_Args_STRUCT_SIZE;
-        args.event = e;
-        TFL_Error* err = plugin->stream().Event_Synchronize(&args);
-        if (err != nullptr && !error) {
-          try {
-            throw_comm_error(err, work->what() + " on " + device_name(device_));
-          } catch (...) {
-            error = std::current_exception();
-          }
-        } else if (err != nullptr) {
-          plugin->consume(err);
-        }
-      }
-      // A stream reports only its first pending failure; a communicator
-      // that failed fails everything after it, so later Works on this lane
-      // inherit the failure instead of reporting a silent success.
-      if (error) {
-        failed_ = error;
-      } else if (failed_) {
-        error = failed_;
-      }
-      work->complete(error);
-      std::lock_guard<std::mutex> lock(mu_);
-      --pending_;
-    }
-  }
-
-  c10::DeviceIndex device_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<c10::intrusive_ptr<WorkTFL>> queue_;
-  int64_t pending_ = 0;
-  bool stop_ = false;
-  std::exception_ptr failed_;
-  std::thread thread_;
-};
 
 // ---------------------------------------------------------------------------
 // The backend
@@ -307,8 +57,6 @@ class ProcessGroupTFL;
 std::mutex g_live_mu;
 std::set<ProcessGroupTFL*> g_live;
 
-enum LaneId { kCollectiveLane = 0, kSendLane = 1, kRecvLane = 2 };
-
 class ProcessGroupTFL final : public c10d::Backend {
  public:
   struct Options : c10d::Backend::Options {
@@ -316,7 +64,9 @@ class ProcessGroupTFL final : public c10d::Backend {
   };
 
   ProcessGroupTFL(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::chrono::milliseconds timeout)
-      : c10d::Backend(rank, size), store_(std::move(store)), options_(c10::make_intrusive<Options>(timeout)) {
+      : c10d::Backend(rank, size),
+        options_(c10::make_intrusive<Options>(timeout)),
+        comm_(std::move(store), rank, size, timeout) {
     collectives();  // fails early for a plugin without the group
     init();
     std::lock_guard<std::mutex> lock(g_live_mu);
@@ -328,7 +78,7 @@ class ProcessGroupTFL final : public c10d::Backend {
       std::lock_guard<std::mutex> lock(g_live_mu);
       g_live.erase(this);
     }
-    close(false);
+    comm_.close(false);
   }
 
   const std::string getBackendName() const override {
@@ -341,45 +91,25 @@ class ProcessGroupTFL final : public c10d::Backend {
 
   void eagerConnectSingleDevice(at::Device device) override {
     if (device.type() == kType && device.has_index()) {
-      communicator(device.index());
+      comm_.get(device.index());
     }
   }
 
   c10d::ErrorType getError() override {
-    std::lock_guard<std::mutex> lock(comm_mu_);
-    if (!comm_.handle) {
-      return c10d::ErrorType::SUCCESS;
-    }
-    TFL_Comm_GetAsyncError_Args args{};
-    args.struct_size = TFL_Comm_GetAsyncError_Args_STRUCT_SIZE;
-    args.comm = comm_.handle;
-    check_call(collectives().Comm_GetAsyncError(&args), "Comm_GetAsyncError");
-    if (args.error == nullptr) {
-      return c10d::ErrorType::SUCCESS;
-    }
-    auto [code, message] = active_plugin().consume(args.error);
-    (void)message;
-    return code == TFL_ERR_TIMEOUT ? c10d::ErrorType::TIMEOUT : c10d::ErrorType::COMM_ERROR;
+    return comm_.async_error();
   }
 
   void abort() override {
-    close(true);
+    comm_.close(true);
   }
 
   void shutdown() override {
-    close(false);
+    comm_.close(false);
   }
 
   // Process exit: abort when work is still in flight, else a clean destroy.
   void close_at_exit() {
-    bool busy = false;
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      for (auto& lane : comm_.lanes) {
-        busy = busy || (lane && !lane->idle());
-      }
-    }
-    close(busy);
+    comm_.close(comm_.busy());
   }
 
   // --- collectives --------------------------------------------------------
@@ -390,7 +120,7 @@ class ProcessGroupTFL final : public c10d::Backend {
     const int32_t root = static_cast<int32_t>(opts.rootRank);
     return launch(c10d::OpType::BROADCAST, "broadcast", t.device().index(), kCollectiveLane, {t}, {t},
                   [&](const Comm& c, TFL_Stream* s) {
-                    auto a = collective_args(c, s, t, t, t.numel(), t.scalar_type());
+                    auto a = collective_args(c.handle, s, t, t, t.numel(), t.scalar_type());
                     a.root = root;
                     check_call(collectives().Comm_Broadcast(&a), "Comm_Broadcast");
                   });
@@ -458,7 +188,7 @@ class ProcessGroupTFL final : public c10d::Backend {
         cat_vectors(ins, flats), outs,
         [&](const Comm& c, TFL_Stream* s) {
           for (size_t i = 0; i < ins.size(); ++i) {
-            auto a = collective_args(c, s, ins[i], flats[i], ins[i].numel(), ins[i].scalar_type());
+            auto a = collective_args(c.handle, s, ins[i], flats[i], ins[i].numel(), ins[i].scalar_type());
             check_call(collectives().Comm_AllGather(&a), "Comm_AllGather");
           }
         },
@@ -494,7 +224,7 @@ class ProcessGroupTFL final : public c10d::Backend {
     at::Tensor flat = at::empty({static_cast<int64_t>(total)}, in.options());
     return launch(
         c10d::OpType::GATHER, "gather", in.device().index(), kCollectiveLane, {in, flat}, outs,
-        [&](const Comm& c, TFL_Stream* s) { all_to_all(c, s, in, flat, sc, so, rc, ro); },
+        [&](const Comm& c, TFL_Stream* s) { all_to_all(c.handle, s, in, flat, sc, so, rc, ro); },
         [&] {
           if (rank_ == root) {
             copy_out_pieces(flat, outs, ro);
@@ -524,7 +254,7 @@ class ProcessGroupTFL final : public c10d::Backend {
     at::Tensor dst = out.is_contiguous() ? out : at::empty_like(out, at::MemoryFormat::Contiguous);
     return launch(
         c10d::OpType::SCATTER, "scatter", out.device().index(), kCollectiveLane, {flat_in, dst}, {out},
-        [&](const Comm& c, TFL_Stream* s) { all_to_all(c, s, flat_in, dst, sc, so, rc, ro); },
+        [&](const Comm& c, TFL_Stream* s) { all_to_all(c.handle, s, flat_in, dst, sc, so, rc, ro); },
         dst.is_same(out) ? std::function<void()>() : [&] { out.copy_(dst); });
   }
 
@@ -584,11 +314,11 @@ class ProcessGroupTFL final : public c10d::Backend {
       in = in.clone();  // the plugin needs separate buffers
     }
     std::vector<size_t> sc, so, rc, ro;
-    splits_to_counts(in, input_splits, "input", &sc, &so);
-    splits_to_counts(output, output_splits, "output", &rc, &ro);
+    splits_to_counts(in, input_splits, "input", size_, &sc, &so);
+    splits_to_counts(output, output_splits, "output", size_, &rc, &ro);
     return launch(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", output.device().index(), kCollectiveLane,
                   {in, output}, {output},
-                  [&](const Comm& c, TFL_Stream* s) { all_to_all(c, s, in, output, sc, so, rc, ro); });
+                  [&](const Comm& c, TFL_Stream* s) { all_to_all(c.handle, s, in, output, sc, so, rc, ro); });
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
@@ -612,7 +342,7 @@ class ProcessGroupTFL final : public c10d::Backend {
     at::Tensor flat_out = at::empty({static_cast<int64_t>(rtotal)}, outputs[0].options());
     return launch(
         c10d::OpType::ALLTOALL, "all_to_all", outputs[0].device().index(), kCollectiveLane, {flat_in, flat_out},
-        outputs, [&](const Comm& c, TFL_Stream* s) { all_to_all(c, s, flat_in, flat_out, sc, so, rc, ro); },
+        outputs, [&](const Comm& c, TFL_Stream* s) { all_to_all(c.handle, s, flat_in, flat_out, sc, so, rc, ro); },
         [&] { copy_out_pieces(flat_out, outputs, ro); });
   }
 
@@ -660,8 +390,7 @@ class ProcessGroupTFL final : public c10d::Backend {
     } else if (bound_device_id_.has_value() && bound_device_id_->type() == kType) {
       device = bound_device_id_->index();
     } else {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      device = comm_.handle ? comm_.device : current_device();
+      device = comm_.device() >= 0 ? comm_.device() : current_device();
     }
     return launch(c10d::OpType::BARRIER, "barrier", device, kCollectiveLane, {}, {},
                   [&](const Comm& c, TFL_Stream* s) {
@@ -674,121 +403,12 @@ class ProcessGroupTFL final : public c10d::Backend {
   }
 
  private:
-  struct Comm {
-    TFL_Communicator* handle = nullptr;
-    c10::DeviceIndex device = -1;
-    TFL_Stream* streams[3] = {nullptr, nullptr, nullptr};
-    std::unique_ptr<CompletionLane> lanes[3];
-  };
-
   using Enqueue = std::function<void(const Comm&, TFL_Stream*)>;
-
-  // The communicator for `device`, created on first use: rank 0 makes the
-  // unique id and publishes it through the store; everyone joins.
-  const Comm& communicator(c10::DeviceIndex device) {
-    std::lock_guard<std::mutex> lock(comm_mu_);
-    TORCH_CHECK(!closed_, "tfl: the process group was shut down or aborted");
-    if (comm_.handle) {
-      TORCH_CHECK(device == comm_.device, "tfl: this process group communicates on ", device_name(comm_.device),
-                  " (its first operation used it), but this tensor is on ", device_name(device),
-                  "; use one device per process, e.g. init_process_group(..., device_id=torch.device(\"",
-                  c10::get_privateuse1_backend(), ":", static_cast<int>(comm_.device), "\"))");
-      return comm_;
-    }
-    check_device_index(device);
-    const TFL_CollectivesApi& api = collectives();
-    const std::string key = "tfl/unique_id/" + std::to_string(generation_++);
-    TFL_CommUniqueId id{};
-    if (rank_ == 0) {
-      TFL_Comm_GetUniqueId_Args u{};
-      u.struct_size = TFL_Comm_GetUniqueId_Args_STRUCT_SIZE;
-      check_call(api.Comm_GetUniqueId(&u), "Comm_GetUniqueId");
-      id = u.id;
-      store_->set(key, std::vector<uint8_t>(id.bytes, id.bytes + sizeof(id.bytes)));
-    } else {
-      const std::vector<uint8_t> bytes = store_->get(key);
-      TORCH_CHECK(bytes.size() == sizeof(id.bytes), "tfl: the unique id in the store has ", bytes.size(),
-                  " bytes, expected ", sizeof(id.bytes));
-      std::copy(bytes.begin(), bytes.end(), id.bytes);
-      forget_unique_id(key);
-    }
-    TFL_Comm_Init_Args a{};
-    a.struct_size = TFL_Comm_Init_Args_STRUCT_SIZE;
-    a.device = device;
-    a.world_size = size_;
-    a.rank = rank_;
-    a.id = &id;
-    a.timeout_ms = options_->timeout.count();
-    check_call(api.Comm_Init(&a), "Comm_Init");
-    Comm c;
-    c.handle = a.comm;
-    c.device = device;
-    Plugin& plugin = active_plugin();
-    for (int i = 0; i < 3; ++i) {
-      TFL_Stream_Create_Args s{};
-      s.struct_size = TFL_Stream_Create_Args_STRUCT_SIZE;
-      s.device = device;
-      plugin.check(plugin.stream().Stream_Create(&s), "Stream_Create");
-      c.streams[i] = s.stream;
-      c.lanes[i] = std::make_unique<CompletionLane>(device);
-    }
-    comm_ = std::move(c);
-    return comm_;
-  }
-
-  // A group re-created under the same name on the same store (destroy and
-  // init again under torchrun, whose store outlives the groups) uses the same
-  // key: a rank reading it before rank 0 publishes the new id would join a
-  // communicator that no longer exists and wait out the timeout. So the last
-  // rank to read an id deletes it; that happens before its Comm_Init, hence
-  // before the group can be destroyed and made again. A store that cannot
-  // delete keys keeps the id (and the race).
-  void forget_unique_id(const std::string& key) {
-    if (store_->add(key + "/readers", 1) < size_ - 1) {
-      return;
-    }
-    try {
-      store_->deleteKey(key);
-      store_->deleteKey(key + "/readers");
-    } catch (const c10::Error&) {
-    }
-  }
-
-  void close(bool abort) noexcept {
-    Comm c;
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      closed_ = true;
-      c = std::move(comm_);
-      comm_ = Comm();
-    }
-    Plugin* plugin = active_plugin_or_null();
-    if (!c.handle || plugin == nullptr || plugin->is_shut_down()) {
-      return;
-    }
-    try {
-      TFL_Comm_Destroy_Args d{};
-      d.struct_size = TFL_Comm_Destroy_Args_STRUCT_SIZE;
-      d.comm = c.handle;
-      const TFL_CollectivesApi& api = collectives();
-      plugin->consume(abort ? api.Comm_Abort(&d) : api.Comm_Destroy(&d));
-      for (int i = 0; i < 3; ++i) {
-        TFL_Stream_Destroy_Args s{};
-        s.struct_size = TFL_Stream_Destroy_Args_STRUCT_SIZE;
-        s.stream = c.streams[i];
-        plugin->consume(plugin->stream().Stream_Destroy(&s));
-      }
-      for (auto& lane : c.lanes) {
-        lane.reset();  // completes what is left, then joins
-      }
-    } catch (...) {
-    }
-  }
 
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* name, c10::DeviceIndex device, LaneId lane,
                                         std::vector<at::Tensor> keep, std::vector<at::Tensor> outputs,
                                         const Enqueue& enqueue, const std::function<void()>& finish = {}) {
-    const Comm& c = communicator(device);
+    const Comm& c = comm_.get(device);
     c10::DeviceGuard guard(c10::Device(kType, device));
     std::lock_guard<std::mutex> lock(launch_mu_);
     TFL_Stream* current = StreamRegistry::get().current_native(device);
@@ -822,205 +442,6 @@ class ProcessGroupTFL final : public c10d::Backend {
     return work;
   }
 
-  // --- helpers --------------------------------------------------------------
-
-  static at::Tensor single(std::vector<at::Tensor>& tensors, const char* op) {
-    TORCH_CHECK(tensors.size() == 1, "tfl: ", op, " takes exactly one tensor per process (one device per process), got ",
-                tensors.size());
-    check_device(tensors[0], op);
-    return tensors[0];
-  }
-
-  static void check_device(const at::Tensor& t, const char* op) {
-    TORCH_CHECK(t.device().type() == kType, "tfl: ", op, " got a tensor on ", t.device(), "; the tfl backend takes ",
-                c10::get_privateuse1_backend(), " tensors (route CPU tensors to gloo with init_process_group(\"cpu:gloo,",
-                c10::get_privateuse1_backend(), ":tfl\"))");
-  }
-
-  // all_reduce, broadcast, send and recv treat a tensor as its block of
-  // memory: any dense layout works as long as every rank uses the same one.
-  static void check_dense(const at::Tensor& t, const char* op) {
-    check_device(t, op);
-    TORCH_CHECK(t.is_non_overlapping_and_dense(), "tfl: ", op,
-                " needs a dense tensor (contiguous or a permutation of it); got sizes ", t.sizes(), " strides ",
-                t.strides(), "; call .contiguous() first");
-  }
-
-  static void check_dense_contiguous(const at::Tensor& t, const char* op) {
-    check_device(t, op);
-    TORCH_CHECK(t.is_contiguous(), "tfl: ", op, " needs a contiguous tensor; got sizes ", t.sizes(), " strides ",
-                t.strides());
-  }
-
-  static at::Tensor contiguous_input(const at::Tensor& t, const char* op) {
-    check_device(t, op);
-    return t.contiguous();
-  }
-
-  static void check_same_dtype(const std::vector<at::Tensor>& ts, const at::Tensor& ref, const char* op) {
-    for (const auto& t : ts) {
-      check_device(t, op);
-      TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "tfl: ", op, " mixes ", t.scalar_type(), " and ",
-                  ref.scalar_type(), " tensors");
-    }
-  }
-
-  static void check_same_sizes(const std::vector<at::Tensor>& outs, const at::Tensor& in, const char* op) {
-    check_same_dtype(outs, in, op);
-    for (const auto& o : outs) {
-      TORCH_CHECK(o.numel() == in.numel(), "tfl: ", op, " outputs need as many elements as the input (", in.numel(),
-                  "), got ", o.numel());
-    }
-  }
-
-  static int32_t dtype_of(const at::Tensor& t) {
-    const int32_t d = to_tfl_dtype(t.scalar_type());
-    TORCH_CHECK_VALUE(d >= 0, "tfl: the plugin ABI has no dtype for ", t.scalar_type());
-    return d;
-  }
-
-  static std::vector<at::Tensor> cat_vectors(std::vector<at::Tensor> a, const std::vector<at::Tensor>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-  }
-
-  // One flat buffer holding `pieces` one after another (copies on the
-  // current stream, before the collective's ready event).
-  static at::Tensor flatten_into(const std::vector<at::Tensor>& pieces, size_t total, const at::TensorOptions& options) {
-    at::Tensor flat = at::empty({static_cast<int64_t>(total)}, options);
-    int64_t offset = 0;
-    for (const auto& p : pieces) {
-      check_device(p, "flatten");
-      if (p.numel() > 0) {
-        flat.narrow(0, offset, p.numel()).view(p.sizes()).copy_(p);
-      }
-      offset += p.numel();
-    }
-    return flat;
-  }
-
-  static void copy_out_chunks(const at::Tensor& flat, std::vector<at::Tensor>& outs) {
-    int64_t offset = 0;
-    for (auto& o : outs) {
-      if (o.numel() > 0) {
-        o.copy_(flat.narrow(0, offset, o.numel()).view(o.sizes()));
-      }
-      offset += o.numel();
-    }
-  }
-
-  static void copy_out_pieces(const at::Tensor& flat, std::vector<at::Tensor>& outs, const std::vector<size_t>& offsets) {
-    for (size_t p = 0; p < outs.size(); ++p) {
-      if (outs[p].numel() > 0) {
-        outs[p].copy_(flat.narrow(0, static_cast<int64_t>(offsets[p]), outs[p].numel()).view(outs[p].sizes()));
-      }
-    }
-  }
-
-  void splits_to_counts(const at::Tensor& t, const std::vector<int64_t>& splits, const char* which,
-                        std::vector<size_t>* counts, std::vector<size_t>* offsets) const {
-    counts->assign(size_, 0);
-    offsets->assign(size_, 0);
-    if (splits.empty()) {
-      TORCH_CHECK(t.numel() % size_ == 0, "tfl: all_to_all_single without split sizes needs the ", which,
-                  " to divide evenly by the world size ", size_, ", but it has ", t.numel(), " elements");
-      for (int p = 0; p < size_; ++p) {
-        (*counts)[p] = static_cast<size_t>(t.numel() / size_);
-        (*offsets)[p] = static_cast<size_t>(p) * (*counts)[p];
-      }
-      return;
-    }
-    TORCH_CHECK(splits.size() == static_cast<size_t>(size_), "tfl: all_to_all_single: ", which, " split sizes have ",
-                splits.size(), " entries, expected ", size_);
-    const int64_t row = t.dim() == 0 || t.size(0) == 0 ? 0 : t.numel() / t.size(0);
-    int64_t rows = 0;
-    for (int p = 0; p < size_; ++p) {
-      TORCH_CHECK(splits[p] >= 0, "tfl: all_to_all_single: negative split size ", splits[p]);
-      (*counts)[p] = static_cast<size_t>(splits[p] * row);
-      (*offsets)[p] = static_cast<size_t>(rows * row);
-      rows += splits[p];
-    }
-    TORCH_CHECK(t.dim() > 0 && rows == t.size(0), "tfl: all_to_all_single: ", which, " split sizes add up to ", rows,
-                " but the tensor's first dimension is ", t.dim() > 0 ? t.size(0) : 0);
-  }
-
-  static TFL_Comm_Collective_Args collective_args(const Comm& c, TFL_Stream* s, const at::Tensor& in,
-                                                  const at::Tensor& out, int64_t count, c10::ScalarType type) {
-    TFL_Comm_Collective_Args a{};
-    a.struct_size = TFL_Comm_Collective_Args_STRUCT_SIZE;
-    a.comm = c.handle;
-    a.sendbuf = in.numel() > 0 ? in.data_ptr() : nullptr;
-    a.recvbuf = out.numel() > 0 ? out.data_ptr() : nullptr;
-    a.count = static_cast<size_t>(count);
-    const int32_t d = to_tfl_dtype(type);
-    TORCH_CHECK_VALUE(d >= 0, "tfl: the plugin ABI has no dtype for ", type);
-    a.dtype = d;
-    a.stream = s;
-    return a;
-  }
-
-  static void all_to_all(const Comm& c, TFL_Stream* s, const at::Tensor& in, const at::Tensor& out,
-                         const std::vector<size_t>& sc, const std::vector<size_t>& so, const std::vector<size_t>& rc,
-                         const std::vector<size_t>& ro) {
-    TFL_Comm_AllToAll_Args a{};
-    a.struct_size = TFL_Comm_AllToAll_Args_STRUCT_SIZE;
-    a.comm = c.handle;
-    a.sendbuf = in.numel() > 0 ? in.data_ptr() : nullptr;
-    a.recvbuf = out.numel() > 0 ? out.data_ptr() : nullptr;
-    a.send_counts = sc.data();
-    a.send_offsets = so.data();
-    a.recv_counts = rc.data();
-    a.recv_offsets = ro.data();
-    a.dtype = dtype_of(out.numel() > 0 ? out : in);
-    a.stream = s;
-    check_call(collectives().Comm_AllToAll(&a), "Comm_AllToAll");
-  }
-
-  // A c10d reduce op as a plugin op on `t`, possibly after a rewrite: complex
-  // sums go through their real view, PREMUL_SUM scales first, bitwise and/or
-  // on bool are min/max.
-  struct PlannedReduction {
-    at::Tensor send, recv;  // the buffers the plugin sees
-    int32_t op;
-    c10::ScalarType type;
-  };
-
-  static PlannedReduction plan(const at::Tensor& in, const at::Tensor& out, const c10d::ReduceOp& op) {
-    PlannedReduction p{in, out, TFL_REDUCE_SUM, in.scalar_type()};
-    switch (op.op_) {
-      case c10d::ReduceOp::SUM: p.op = TFL_REDUCE_SUM; break;
-      case c10d::ReduceOp::AVG: p.op = TFL_REDUCE_AVG; break;
-      case c10d::ReduceOp::PRODUCT: p.op = TFL_REDUCE_PRODUCT; break;
-      case c10d::ReduceOp::MIN: p.op = TFL_REDUCE_MIN; break;
-      case c10d::ReduceOp::MAX: p.op = TFL_REDUCE_MAX; break;
-      case c10d::ReduceOp::BAND:
-      case c10d::ReduceOp::BOR:
-        TORCH_CHECK_NOT_IMPLEMENTED(in.scalar_type() == at::kBool, "tfl: bitwise ",
-                                    op.op_ == c10d::ReduceOp::BAND ? "BAND" : "BOR",
-                                    " is supported for bool tensors only, got ", in.scalar_type());
-        p.op = op.op_ == c10d::ReduceOp::BAND ? TFL_REDUCE_MIN : TFL_REDUCE_MAX;
-        break;
-      case c10d::ReduceOp::PREMUL_SUM: {
-        auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
-        TORCH_CHECK(supplement != nullptr, "tfl: PREMUL_SUM without its factor");
-        p.send = supplement->tensor_factor.defined() ? in * supplement->tensor_factor.to(in.device())
-                                                     : in * supplement->double_factor;
-        p.op = TFL_REDUCE_SUM;
-        break;
-      }
-      default:
-        TORCH_CHECK_NOT_IMPLEMENTED(false, "tfl: reduce op ", static_cast<int>(op.op_),
-                                    " is not supported (SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM; BAND/BOR on bool)");
-    }
-    if (in.is_complex()) {
-      TORCH_CHECK_NOT_IMPLEMENTED(p.op == TFL_REDUCE_SUM || p.op == TFL_REDUCE_AVG,
-                                  "tfl: complex tensors support SUM, AVG and PREMUL_SUM only");
-      p.send = at::view_as_real(p.send);
-      p.recv = at::view_as_real(p.recv);
-      p.type = p.send.scalar_type();
-    }
-    return p;
-  }
 
   c10::intrusive_ptr<c10d::Work> allreduce_impl(const std::vector<at::Tensor>& tensors, const c10d::ReduceOp& op,
                                                 c10d::OpType type, const char* name) {
@@ -1050,7 +471,7 @@ class ProcessGroupTFL final : public c10d::Backend {
         type, name, ins[0].device().index(), kCollectiveLane, keep, results,
         [&](const Comm& c, TFL_Stream* s) {
           for (const auto& p : plans) {
-            auto a = collective_args(c, s, p.send, p.recv, p.send.numel(), p.type);
+            auto a = collective_args(c.handle, s, p.send, p.recv, p.send.numel(), p.type);
             a.op = p.op;
             check_call(collectives().Comm_AllReduce(&a), "Comm_AllReduce");
           }
@@ -1079,7 +500,7 @@ class ProcessGroupTFL final : public c10d::Backend {
       return launch(
           type, name, in.device().index(), kCollectiveLane, {in, flat}, outs,
           [&](const Comm& c, TFL_Stream* s) {
-            auto a = collective_args(c, s, in, flat, in.numel(), in.scalar_type());
+            auto a = collective_args(c.handle, s, in, flat, in.numel(), in.scalar_type());
             check_call(collectives().Comm_AllGather(&a), "Comm_AllGather");
           },
           [&] { copy_out_chunks(flat, outs); });
@@ -1091,7 +512,7 @@ class ProcessGroupTFL final : public c10d::Backend {
     }
     return launch(
         type, name, in.device().index(), kCollectiveLane, {in, flat}, outs,
-        [&](const Comm& c, TFL_Stream* s) { all_to_all(c, s, in, flat, sc, so, rc, offsets); },
+        [&](const Comm& c, TFL_Stream* s) { all_to_all(c.handle, s, in, flat, sc, so, rc, offsets); },
         [&] { copy_out_pieces(flat, outs, offsets); });
   }
 
@@ -1118,28 +539,13 @@ class ProcessGroupTFL final : public c10d::Backend {
         type, name, ins[0].device().index(), kCollectiveLane, keep, outputs,
         [&](const Comm& c, TFL_Stream* s) {
           for (size_t i = 0; i < ins.size(); ++i) {
-            auto a = collective_args(c, s, ins[i], dsts[i], ins[i].numel(), ins[i].scalar_type());
+            auto a = collective_args(c.handle, s, ins[i], dsts[i], ins[i].numel(), ins[i].scalar_type());
             check_call(collectives().Comm_AllGather(&a), "Comm_AllGather");
           }
         },
         finish);
   }
 
-  // A non-contiguous output is written through a contiguous stand-in ...
-  static at::Tensor contiguous_output(const at::Tensor& out) {
-    return out.is_contiguous() ? out : at::empty_like(out, at::MemoryFormat::Contiguous);
-  }
-
-  // ... that this copies back when the work finishes.
-  static std::function<void()> copy_back(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& dsts) {
-    return [&outputs, &dsts] {
-      for (size_t i = 0; i < outputs.size(); ++i) {
-        if (!dsts[i].is_same(outputs[i])) {
-          outputs[i].copy_(dsts[i]);
-        }
-      }
-    };
-  }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(std::vector<at::Tensor>& outputs,
                                                         std::vector<at::Tensor>& inputs, const c10d::ReduceOp& op,
@@ -1167,7 +573,7 @@ class ProcessGroupTFL final : public c10d::Backend {
         type, name, outputs[0].device().index(), kCollectiveLane, keep, outputs,
         [&](const Comm& c, TFL_Stream* s) {
           for (const auto& p : plans) {
-            auto a = collective_args(c, s, p.send, p.recv, p.recv.numel(), p.type);
+            auto a = collective_args(c.handle, s, p.send, p.recv, p.recv.numel(), p.type);
             a.op = p.op;
             check_call(collectives().Comm_ReduceScatter(&a), "Comm_ReduceScatter");
           }
@@ -1175,13 +581,9 @@ class ProcessGroupTFL final : public c10d::Backend {
         finish);
   }
 
-  c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<Options> options_;
-  std::mutex comm_mu_;
   std::mutex launch_mu_;
-  Comm comm_;
-  int generation_ = 0;
-  bool closed_ = false;
+  GroupCommunicator comm_;
 };
 
 // Destroys the backend without holding the GIL (it may wait for the
@@ -1211,11 +613,11 @@ class NoGilHolder {
 };
 
 } // namespace
-} // namespace torch_fl::bridge
+} // namespace torch_fl::bridge::dist
 
-PYBIND11_DECLARE_HOLDER_TYPE(T, torch_fl::bridge::NoGilHolder<T>, true)
+PYBIND11_DECLARE_HOLDER_TYPE(T, torch_fl::bridge::dist::NoGilHolder<T>, true)
 
-namespace torch_fl::bridge {
+namespace torch_fl::bridge::dist {
 namespace {
 
 void bind(py::module_& m) {
@@ -1252,4 +654,4 @@ void bind(py::module_& m) {
 TFL_REGISTER_BINDINGS(bind);
 
 } // namespace
-} // namespace torch_fl::bridge
+} // namespace torch_fl::bridge::dist

@@ -1,7 +1,7 @@
 #include "streams.h"
 
 #include "caching_allocator.h"
-#include "plugin.h"
+#include "loaded_plugin.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 

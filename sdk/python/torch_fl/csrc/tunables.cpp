@@ -3,7 +3,7 @@
 // probing policy (which candidates, how often, the cache) lives in
 // torch_fl.tooling.probe.
 #include "bindings.h"
-#include "plugin.h"
+#include "loaded_plugin.h"
 
 #include <pybind11/stl.h>
 
