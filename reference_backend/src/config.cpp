@@ -19,7 +19,7 @@ bool Config::operator==(const Config& o) const {
          sanitize_seed_set == o.sanitize_seed_set && inject_error_op == o.inject_error_op &&
          inject_error_code == o.inject_error_code && inject_error_async == o.inject_error_async &&
          inject_crash_op == o.inject_crash_op && faults == o.faults &&
-         check_contracts == o.check_contracts;
+         check_contracts == o.check_contracts && minimal_profile == o.minimal_profile;
 }
 
 namespace {
@@ -144,6 +144,12 @@ const std::map<std::string, Setter>& setters() {
        [](const std::string&, const std::string& v, Config* c) { c->inject_crash_op = v; }},
       {"FLEMU_CHECK_CONTRACTS",
        [](const std::string& k, const std::string& v, Config* c) { c->check_contracts = parse_bool(k, v); }},
+      {"FLEMU_PROFILE",
+       [](const std::string& k, const std::string& v, Config* c) {
+         const std::string p = lower(v);
+         if (p != "full" && p != "minimal") bad_value(k, v, "full or minimal");
+         c->minimal_profile = p == "minimal";
+       }},
       {"FLEMU_FAULT",
        [](const std::string& k, const std::string& v, Config* c) { c->faults = parse_faults(k, v); }},
   };

@@ -26,6 +26,7 @@ struct Config {
   std::string inject_crash_op;
   uint64_t faults = 0;  // FaultSet (faults.h)
   bool check_contracts = false;  // kernels verify the host's promises; guard regions
+  bool minimal_profile = false;  // FLEMU_PROFILE=minimal: a new vendor's first kernel set
 
   bool operator==(const Config& other) const;
   bool operator!=(const Config& other) const { return !(*this == other); }

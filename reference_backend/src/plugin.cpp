@@ -95,6 +95,13 @@ TFL_Error* Plugin_Initialize(TFL_Plugin_Initialize_Args* args) {
     if (rt->config().check_contracts)
       rt->log(TFL_LOG_INFO, "flemu: contract checking on (FLEMU_CHECK_CONTRACTS=1): kernels verify the host's promises, "
                             "allocations carry guard regions");
+    if (rt->config().minimal_profile) {
+      const TFL_KernelDesc* const* kernels = nullptr;
+      size_t count = 0;
+      list_kernels(&kernels, &count);
+      rt->log(TFL_LOG_INFO, cat("flemu: FLEMU_PROFILE=minimal: ", count,
+                                " kernels with a new vendor's conservative flags, no custom ops, no graph compiler"));
+    }
     if (rt->config().faults != 0)
       rt->log(TFL_LOG_WARNING, cat("flemu: emulating a faulty device (FLEMU_FAULT=", fault_names(rt->config().faults), ")"));
     set_runtime(rt);

@@ -1,6 +1,6 @@
 // Drives libflemu.so through TFL_GetPluginApi only and checks what the ABI
 // promises. Usage: runtime_check [LIBRARY] [MODE]; LIBRARY defaults to
-// $FLEMU_LIBRARY, MODE to "all". Other modes: init, inject-sync,
+// $FLEMU_LIBRARY, MODE to "all". Other modes: init, kernels, inject-sync,
 // inject-async, crash, strict-probe, bench.
 #include "abi_driver.h"
 
@@ -1362,6 +1362,21 @@ static int mode_bench() {
   return g_failures == 0 ? 0 : 1;
 }
 
+// Initializes with the environment and lists what the host would register:
+// "kernel <op> <dtypes mask> <flags>" and "custom <schema>" lines.
+static int mode_kernels() {
+  CHECK_OK(initialize(TFL_ABI_MAJOR, TFL_ABI_MINOR));
+  TFL_Kernels_List_Args list{TFL_Kernels_List_Args_STRUCT_SIZE, nullptr, 0};
+  CHECK_OK(g_api->kernels->Kernels_List(&list));
+  for (size_t i = 0; i < list.num_kernels; ++i)
+    std::printf("kernel %s 0x%llx 0x%x\n", list.kernels[i]->op, static_cast<unsigned long long>(list.kernels[i]->dtypes),
+                list.kernels[i]->flags);
+  TFL_Kernels_ListCustomOps_Args custom{TFL_Kernels_ListCustomOps_Args_STRUCT_SIZE, nullptr, 0};
+  CHECK_OK(g_api->kernels->Kernels_ListCustomOps(&custom));
+  for (size_t i = 0; i < custom.num_ops; ++i) std::printf("custom %s\n", custom.ops[i]->schema);
+  return g_failures == 0 ? 0 : 1;
+}
+
 // Initializes with the environment and reports the result.
 static int mode_init() {
   TFL_Error* e = initialize(TFL_ABI_MAJOR, TFL_ABI_MINOR);
@@ -1379,6 +1394,7 @@ int main(int argc, char** argv) {
   if (mode.empty()) return 2;
   if (mode == "all") return mode_all();
   if (mode == "init") return mode_init();
+  if (mode == "kernels") return mode_kernels();
   if (mode == "inject-sync") return mode_inject_sync();
   if (mode == "inject-async") return mode_inject_async();
   if (mode == "crash") return mode_crash();

@@ -95,7 +95,12 @@ TFL_Error* Graph_Compile(TFL_Graph_Compile_Args* args) {
     if (g == nullptr) invalid_argument("graph is NULL");
     if (g->struct_size < TFL_Graph_STRUCT_SIZE)
       invalid_argument("TFL_Graph.struct_size is ", g->struct_size, ", expected at least ", TFL_Graph_STRUCT_SIZE);
-    runtime().device(g->device);  // range check
+    Runtime& rt = runtime();
+    rt.device(g->device);  // range check
+    if (rt.config().minimal_profile) {
+      args->decline_reason = "FLEMU_PROFILE=minimal has no graph compiler";
+      return;
+    }
     auto program = std::make_shared<graph::Program>();
     graph::Decline decline;
     if (!graph::compile_program(*g, program.get(), &decline)) {

@@ -84,28 +84,34 @@ void configure_kernels(const Config& cfg) {
   s.check_contracts = cfg.check_contracts;
   s.peer_access = cfg.peer_access;
 
-  // Descriptors and contracts, from the table.
+  // Descriptors and contracts: the table, through the profile's filter.
+  const bool minimal = cfg.minimal_profile;
+  std::vector<bool> registered(kNumKernels, !minimal);
   g_listed.clear();
+  g_listed.reserve(kNumTable);
   for (size_t i = 0; i < kNumTable; ++i) {
     const Entry& e = kTable[i];
+    if (minimal && !e.minimal.listed) continue;
     TFL_KernelDesc& d = g_descs[i];
     d.struct_size = TFL_KernelDesc_STRUCT_SIZE;
     d.op = e.name;
     d.fn = e.fn;
     d.user_data = nullptr;
-    d.dtypes = e.dtypes & ~disabled;
-    d.flags = e.flags;
+    d.dtypes = e.dtypes & (minimal ? e.minimal.dtypes : ~uint64_t{0}) & ~disabled;
+    d.flags = minimal ? e.minimal.flags : e.flags;
     d.preferred_memory_format = TFL_MEMORY_FORMAT_ANY;
     g_listed.push_back(&d);
     s.contracts[i] = {d.dtypes, d.flags};
+    registered[i] = true;
   }
   g_custom_listed.clear();
+  g_custom_listed.reserve(kNumCustom);
   static const int32_t kLike[] = {
 #define FLEMU_CUSTOM_LIKE(id, name, schema, fn, bwd_id, bwd_name, bwd_fn, dtypes, flags, like) like,
       FLEMU_CUSTOM_OPS(FLEMU_CUSTOM_LIKE)
 #undef FLEMU_CUSTOM_LIKE
   };
-  for (size_t i = 0; i < kNumCustom; ++i) {
+  for (size_t i = 0; i < kNumCustom && !minimal; ++i) {
     const CustomEntry& c = kCustom[i];
     TFL_CustomOpDesc& d = g_custom[i];
     d.struct_size = TFL_CustomOpDesc_STRUCT_SIZE;
@@ -121,20 +127,26 @@ void configure_kernels(const Config& cfg) {
     s.contracts[static_cast<size_t>(c.id)] = s.contracts[static_cast<size_t>(c.backward_id)] = {d.dtypes, d.flags};
   }
 
+  // An injection into a kernel the profile leaves out would never fire.
+  auto unregistered = [&](int32_t id) {
+    return id >= 0 && !registered[static_cast<size_t>(id)] ? " (FLEMU_PROFILE=minimal does not register it)" : "";
+  };
   if (!cfg.inject_error_op.empty()) {
     s.inject_error_id = kernel_id_by_name(cfg.inject_error_op);
-    if (s.inject_error_id < 0)
+    if (s.inject_error_id < 0 || !registered[static_cast<size_t>(s.inject_error_id)])
       invalid_argument("invalid FLEMU_INJECT_ERROR='", cfg.inject_error_op, ":", cfg.inject_error_code,
                        cfg.inject_error_async ? ":async" : "", "': '", cfg.inject_error_op,
-                       "' is not a flemu kernel (e.g. aten::mm, aten::add.Tensor, flemu::scale_add)");
+                       "' is not a flemu kernel (e.g. aten::mm, aten::add.Tensor, flemu::scale_add)",
+                       unregistered(s.inject_error_id));
     s.inject_error_code = cfg.inject_error_code;
     s.inject_error_async = cfg.inject_error_async;
   }
   if (!cfg.inject_crash_op.empty()) {
     s.inject_crash_id = kernel_id_by_name(cfg.inject_crash_op);
-    if (s.inject_crash_id < 0)
+    if (s.inject_crash_id < 0 || !registered[static_cast<size_t>(s.inject_crash_id)])
       invalid_argument("invalid FLEMU_INJECT_CRASH='", cfg.inject_crash_op,
-                       "': not a flemu kernel (e.g. aten::mm, aten::add.Tensor, flemu::scale_add)");
+                       "': not a flemu kernel (e.g. aten::mm, aten::add.Tensor, flemu::scale_add)",
+                       unregistered(s.inject_crash_id));
   }
   for (int32_t f = 0; f < static_cast<int32_t>(Fault::kCount); ++f) {
     const Fault fault = static_cast<Fault>(f);
@@ -142,6 +154,9 @@ void configure_kernels(const Config& cfg) {
     if (const char* op = fault_kernel(fault)) {
       const int32_t id = kernel_id_by_name(op);
       if (id < 0) invalid_argument("FLEMU_FAULT=", fault_info(fault).name, " changes ", op, ", which is not a flemu kernel");
+      if (!registered[static_cast<size_t>(id)])
+        invalid_argument("FLEMU_FAULT=", fault_info(fault).name, " changes ", op,
+                         ", which FLEMU_PROFILE=minimal does not register");
       s.kernel_faults[static_cast<size_t>(id)] |= fault_bit(fault);
     } else if (fault == Fault::kFp64ComputedInFp32 || fault == Fault::kSeedIgnored) {
       // Faults of a class of kernels: the shared launch code decides where they act.
