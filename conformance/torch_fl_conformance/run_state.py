@@ -265,9 +265,13 @@ class RunState:
             return
         import torch_fl
 
-        with torch_fl.op_stats_scope() as scope:
-            yield
-        self._kernels[m.id] = kernel_watch.kernels_of(scope.table)
+        scope = None
+        try:
+            with torch_fl.op_stats_scope() as scope:
+                yield
+        finally:  # the table is there once the scope closed, also after a failure
+            if scope is not None:
+                self._kernels[m.id] = kernel_watch.kernels_of(scope.table)
 
     def _take_commands(self) -> None:
         """Block commands the runner sent while this worker was busy."""

@@ -13,9 +13,10 @@ equal to the plain result):
   other elements hold that padding;
 - broadcast: one tensor input replaced by x.narrow(d, 0, 1).expand_as(x), stride 0
   along d (which input rotates with the sample);
-- inplace: OpInfo.inplace_variant on a copy of the input, in the plain,
-  non-contiguous and offset layouts in turn, and once with the input also passed as
-  its second operand (self-aliasing);
+- inplace: OpInfo.inplace_variant (or the call with inplace=True for a function
+  that takes it) on a copy of the input, in the plain, non-contiguous and offset
+  layouts in turn, and once with the input also passed as its second operand
+  (self-aliasing);
 - out: out= tensors preallocated with the CPU result's shapes and dtypes, filled with
   the padding value, contiguous, non-contiguous or offset in turn.
 
@@ -27,10 +28,12 @@ write outside the view is seen.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["OFFSET", "VARIANTS", "Form", "Replica", "derive", "mutated", "padding_value", "replicate"]
+__all__ = ["OFFSET", "VARIANTS", "Form", "Replica", "derive", "inplace_form", "mutated",
+           "padding_value", "replicate"]
 
 VARIANTS = ("noncontiguous", "offset", "broadcast", "inplace", "out")
 OFFSET = 5  # elements before an offset view (odd: no vector alignment by luck)
@@ -187,6 +190,26 @@ def _layout(sample: Any, k: int) -> Any:
     return sample
 
 
+def inplace_form(op: Any) -> Any:
+    """The operator's in-place form: OpInfo.inplace_variant, else, for a function
+    with an `inplace` parameter (nn.functional.relu, elu, dropout, ...), the call
+    with inplace=True; None when it has neither."""
+    if op.inplace_variant is not None:
+        return op.inplace_variant
+    fn = getattr(op, "op", None)
+    try:
+        params = inspect.signature(fn).parameters if fn is not None else {}
+    except (TypeError, ValueError):
+        return None
+    if "inplace" not in params:
+        return None
+
+    def inplace(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **{**kwargs, "inplace": True})
+
+    return inplace
+
+
 def derive(variant: str, sample: Any, k: int, op: Any, ref: Any = None,
            mutated: frozenset[int] = frozenset()) -> list[Form]:
     """The derived forms of `sample` for `variant`.
@@ -217,7 +240,7 @@ def derive(variant: str, sample: Any, k: int, op: Any, ref: Any = None,
         i = eligible[k % len(eligible)]
         return [Form(f"broadcast (tensor {i})", _transform(sample, _broadcast, only=i), plain)]
     if variant == "inplace":
-        fn = op.inplace_variant
+        fn = inplace_form(op)
         if fn is None or not isinstance(sample.input, torch.Tensor):
             return []
 

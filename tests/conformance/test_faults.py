@@ -32,6 +32,7 @@ class Fault:
     env: dict[str, str] = field(default_factory=dict)
     timeout: float = 120.0  # --timeout
     outcomes: tuple[str, ...] = ("FAIL",)  # what the failing tests may show
+    also: tuple[str, ...] = ()  # other requirements a failing test may belong to
 
 
 OP = "L1/test_opinfo.py::test_op"
@@ -53,7 +54,7 @@ FAULTS = [
           (f"{OP}[nn.functional.gelu-float32-grad]",
            "L1/test_gradcheck.py::test_gradients[nn.functional.gelu-float64]",
            "L1/test_gradcheck.py::test_gradients[nn.functional.gelu-float32]"),
-          "aten::gelu_backward"),
+          "aten::gelu_backward", also=("TFL-GRAD-001", "TFL-GRAD-002")),
     Fault("softmax_backward_wrong", "softmax", "test_opinfo", "TFL-OPS-003",
           (f"{OP}[softmax-float32-grad]",), "aten::_softmax_backward_data"),
     Fault("fp64_computed_in_fp32", "exp", "test_opinfo", "TFL-OPS-002",
@@ -76,15 +77,19 @@ FAULTS = [
     Fault("memory_overreport", "", "test_advertised_memory", "TFL-MEM-007",
           ("L1/test_memory.py::test_advertised_memory_can_be_allocated",),
           env={"FLEMU_MEMORY_BYTES": "1G"}),
+    # One element past the end of a bridge-allocated output lands in the caching
+    # allocator's slack; past an in-place self at an offset, it lands in the padding
+    # the suite compares.
     Fault("oob_write", "nn.functional.relu", "test_opinfo", "TFL-OPS-002",
-          (f"{OP}[nn.functional.relu-float32-output]",), "aten::relu",
+          (f"{OP}[nn.functional.relu-float32-inplace]",), "aten::relu",
           env={"FLEMU_CHECK_CONTRACTS": "1"}),
     Fault("uniform_range_wrong", "", "test_distributions", "TFL-RNG-004",
           ("L1/test_rng.py::test_distributions",), "aten::uniform_"),
     Fault("seed_ignored", "", "test_seeding", "TFL-RNG-001",
           ("L1/test_rng.py::test_seeding",)),
     Fault("peer_copy_corrupt", "", "test_cross_device or test_peer_copies", "TFL-MEM-005",
-          ("L1/test_memory.py::test_cross_device", "L1/test_memory.py::test_peer_copies")),
+          ("L1/test_memory.py::test_cross_device", "L1/test_memory.py::test_peer_copies"),
+          also=("TFL-MEM-009",)),
 ]
 # What the clean run sets for the faults that need it (contract checking, a small
 # device so the capacity check is quick): the clean slices pass under it too.
@@ -110,8 +115,10 @@ def _matching(tests: dict[str, dict[str, Any]], prefix: str) -> list[dict[str, A
 
 
 def _is_kernel(name: str, expected: str) -> bool:
-    """aten::add_.Tensor is the in-place form of the kernel aten::add names."""
-    return name == expected or name.startswith((expected + "_", expected + "."))
+    """Whether `name` is a schema of the kernel `expected` names: flemu registers one
+    kernel for an operator's functional, in-place and out= schemas (aten::mul.Tensor,
+    aten::mul_.Tensor, aten::mul.out), and op statistics name the one that ran."""
+    return name.split(".")[0].rstrip("_") == expected.split(".")[0].rstrip("_")
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +162,7 @@ def test_fault_costs_the_level_through_its_requirement(
             assert t["outcome"] in fault.outcomes, (
                 f"{fault.name}: {t['id']} is {t['outcome']} ({t['message'][:300]}), "
                 f"expected {'/'.join(fault.outcomes)}")
-            assert t["requirement"] in (fault.requirement, "TFL-GRAD-001", "TFL-GRAD-002"), t
+            assert t["requirement"] in (fault.requirement, *fault.also), t
     # (c) the suspects point at the faulty kernel, not only at composite ops.
     if fault.kernel:
         top = [s["kernel"] for s in report["suspects"][:2]]
@@ -163,7 +170,8 @@ def test_fault_costs_the_level_through_its_requirement(
             f"{fault.name}: suspects {top}, expected {fault.kernel} first "
             f"(all: {[s['kernel'] for s in report['suspects']]})")
         md = (tmp_path / "summary.md").read_text(encoding="utf-8")
-        assert "## Suspect kernels" in md and fault.kernel in md, md[:2000]
+        first = report["suspects"][0]["kernel"]
+        assert "## Suspect kernels" in md and f"`{first}`" in md, md[:2000]
 
 
 def test_one_hang_costs_one_time_limit(tmp_path: Path, flemu_library: str) -> None:

@@ -10,7 +10,8 @@ everywhere (copies). The ranking puts first the kernels that
    when `mul` fails; aten::gelu_backward when `nn.functional.gelu` does), then
 2. appear in the most failing cases relative to how often they ran at all: the
    score is failing cases x (failing cases / cases it ran in), so a kernel in 30
-   failures that ran in 30 cases outranks one in 30 failures that ran in 3000.
+   failures that ran in 30 cases outranks one in 30 failures that ran in 3000;
+   copies come after the other kernels of their group, since they run everywhere.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ __all__ = ["kernel_base", "rank_suspects"]
 _FAILING = frozenset({outcomes.FAIL, outcomes.ERROR, outcomes.CRASH, outcomes.TIMEOUT,
                       outcomes.XFAIL})
 _SUFFIXES = ("_backward_data", "_backward_input", "_backward_weight", "_backward", "_forward")
+# Copies run in every test that touches the device: below any other kernel of the
+# same rank (a broken copy fails the smoke level's bit-exact copy tests by name).
+_DATA_MOVEMENT = frozenset({"copy", "copy_from", "copy_from_and_resize", "to_copy"})
 _GENERIC = frozenset({"nn", "functional", "special", "linalg", "fft", "masked", "sparse",
                       "torch", "ops", "aten", "default"})
 
@@ -100,6 +104,7 @@ def rank_suspects(tests: list[dict[str, Any]], limit: int = 15) -> list[dict[str
             "own_entry_fails": own[k][:5],
             "examples": examples[k],
         })
-    rows.sort(key=lambda r: (not (r["raised_or_hung"] or r["own_entry_fails"]), -r["score"],
-                             r["kernel"]))
+    rows.sort(key=lambda r: (not (r["raised_or_hung"] or r["own_entry_fails"]),
+                             kernel_base(r["kernel"]) in _DATA_MOVEMENT and not r["raised_or_hung"],
+                             -r["score"], r["kernel"]))
     return rows[:limit]

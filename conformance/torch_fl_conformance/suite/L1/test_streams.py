@@ -4,8 +4,9 @@ completion is not claimed early.
 An event recorded behind pending work must not report completion (query()) nor
 return from synchronize() before that work is done; Stream.synchronize() and the
 device's synchronize() must wait for it (TFL-STREAM-005, -006). The pending work is
-made of ordinary operations (in-place adds on a 4 MiB tensor), calibrated on the
-device: HOLD_S seconds when run synchronized (the least of CALIBRATIONS runs).
+made of ordinary operations (at most MAX_OPS in-place adds on one tensor, each long
+enough that a bounded stream queue cannot make the host wait at launch), calibrated
+on the device: HOLD_S seconds when run synchronized (the least of CALIBRATIONS runs).
 Then the same work is enqueued and the claim checked: a query() that says done,
 or a synchronize() that returns, is accepted only if EARLY_SHARE of that time has
 passed since the work was enqueued. A synchronous device (each launch returns when
@@ -22,6 +23,7 @@ import pytest
 import torch
 
 HOLD_S = 0.3
+MAX_OPS = 12
 CALIBRATIONS = 3
 EARLY_SHARE = 0.5
 
@@ -117,20 +119,23 @@ def test_elapsed_time(target: Any, device: str) -> None:
 
 
 class _Work:
-    """Calibrated pending work: n in-place adds on a tensor of 2^20 float32."""
+    """Calibrated pending work: n in-place adds on one float32 tensor, each long
+    enough (HOLD_S / MAX_OPS at least) that the n of them fit in any stream queue:
+    a queue that makes the host wait at launch would leave nothing pending."""
 
     def __init__(self, mod: Any, device: str) -> None:
         self.mod = mod
-        self.total = 0.0  # additions so far: the value every element must hold
-        self.x = torch.zeros(1 << 20, device=device)
-        mod.synchronize()
-        self.n = 8
+        numel = 1 << 20
         while True:
-            t = self._timed(self.n)
-            if t >= HOLD_S or self.n >= 1 << 14:
+            self.x = torch.zeros(numel, device=device)
+            self.total = 0.0  # additions so far: the value every element must hold
+            mod.synchronize()
+            one = min(self._timed(1) for _ in range(2))
+            if one >= HOLD_S / MAX_OPS or numel >= 1 << 26:
                 break
-            self.n = min(1 << 14, max(self.n * 2, math.ceil(self.n * HOLD_S / max(t, 1e-4))))
-        self.seconds = min([t] + [self._timed(self.n) for _ in range(CALIBRATIONS - 1)])
+            numel *= 4
+        self.n = max(1, min(MAX_OPS, math.ceil(HOLD_S / max(one, 1e-6))))
+        self.seconds = min(self._timed(self.n) for _ in range(CALIBRATIONS))
 
     def _timed(self, n: int) -> float:
         t0 = time.perf_counter()
