@@ -45,11 +45,48 @@ def test_device_strings_and_tensor_methods() -> None:
 
 
 def test_invalid_device_index_is_a_clear_error() -> None:
-    with pytest.raises((RuntimeError, ValueError)) as err:
-        torch.ones(2, device="flemu:7")
-    assert "7" in str(err.value) and "2 device" in str(err.value), str(err.value)
-    with pytest.raises(ValueError):
-        torch.flemu.set_device(9)
+    # As CUDA's invalid device ordinal: torch.AcceleratorError, a RuntimeError.
+    for bad in (lambda: torch.ones(2, device="flemu:7"), lambda: torch.flemu.set_device(9),
+                lambda: torch.Stream(device="flemu:5"), lambda: torch.flemu.get_device_name(3)):
+        with pytest.raises(torch.AcceleratorError) as err:
+            bad()
+        assert "2 device" in str(err.value) and "from 0 to 1" in str(err.value), str(err.value)
+
+
+def test_streams_and_events_without_an_index_are_on_the_current_device() -> None:
+    with torch.flemu.device(1):
+        s = torch.Stream(device="flemu")
+        assert (s.device, s.device_index) == (torch.device("flemu", 1), 1), s
+        e = torch.Event(device="flemu")
+        e.record(s)
+        e.synchronize()
+        assert e.query()
+    assert torch.Stream(device="flemu").device_index == 0
+
+
+def test_init_and_forked_children_say_what_to_do() -> None:
+    torch.flemu.init()
+    assert torch.flemu.is_initialized()
+    out = assert_ok(run_python(
+        """
+        import os, torch
+        torch.ones(2, device="flemu")
+        pid = os.fork()
+        if pid == 0:
+            msgs = []
+            for use in (lambda: torch.ones(2, device="flemu") + 1, torch.flemu.init):
+                try:
+                    use()
+                    msgs.append("no error")
+                except RuntimeError as e:
+                    msgs.append(str(e))
+            print("|".join(msgs), flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        """))
+    kernel_msg, init_msg = out.strip().split("|")
+    for msg in (kernel_msg, init_msg):
+        assert "spawn" in msg and "Plugin_Initialize" not in msg.split("The plugin said")[0], msg
 
 
 def test_current_device_and_context_manager() -> None:

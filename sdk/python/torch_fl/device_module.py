@@ -86,8 +86,10 @@ def make_device_module(name: str, info: dict[str, Any]) -> types.ModuleType:
                 raise ValueError(f"expected a {name} device, got {device}")
             index = _C.current_device() if device.index is None else device.index
         if not 0 <= index < len(props):
-            raise ValueError(
-                f"invalid device index {index} for {name!r}: it has {len(props)} device(s)"
+            # As CUDA's "invalid device ordinal": a RuntimeError.
+            raise torch.AcceleratorError(
+                f"invalid device index {index} for {name!r}: it has {len(props)} device(s), "
+                f"so use an index from 0 to {len(props) - 1}"
             )
         return index
 
@@ -255,7 +257,12 @@ def make_device_module(name: str, info: dict[str, Any]) -> types.ModuleType:
         return props[_index(device)].name
 
     def is_initialized() -> bool:
-        return True
+        return not _in_bad_fork
+
+    def init() -> None:
+        """Initializes the device, as torch.cuda.init(): registration already did;
+        in a process forked after that it raises with what to do instead."""
+        _lazy_init()
 
     def _is_in_bad_fork() -> bool:
         return _in_bad_fork
@@ -304,6 +311,7 @@ def make_device_module(name: str, info: dict[str, Any]) -> types.ModuleType:
         "get_device_properties": get_device_properties,
         "get_device_name": get_device_name,
         "is_initialized": is_initialized,
+        "init": init,
         "_is_in_bad_fork": _is_in_bad_fork,
         "_lazy_init": _lazy_init,
     }

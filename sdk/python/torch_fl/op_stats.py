@@ -54,9 +54,14 @@ _COUNTS = ("native", "decomposed", "cpu_fallback", "failed", "time_ns", "bytes_c
 
 @dataclass(frozen=True)
 class OpStatsTable:
-    """A snapshot of the counters; print it for a ranked table."""
+    """A snapshot of the counters; print it for a ranked table.
+
+    setup_ns is one-time set-up outside any operator: the time the op path
+    spent importing Python modules that PyTorch's meta functions and
+    decompositions load on first use (torch._dynamo among them)."""
 
     rows: tuple[OpStat, ...] = field(default_factory=tuple)
+    setup_ns: int = 0
 
     def __iter__(self) -> Iterator[OpStat]:
         return iter(self.rows)
@@ -86,6 +91,7 @@ class OpStatsTable:
         return {
             "rows": [asdict(r) for r in self.rows],
             "totals": asdict(self.totals()),
+            "setup_ns": self.setup_ns,
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -98,11 +104,14 @@ class OpStatsTable:
             d = r - old.get((r.op, r.dtype), OpStat(r.op, r.dtype))
             if d.calls:
                 rows.append(d)
-        return OpStatsTable(tuple(rows))
+        return OpStatsTable(tuple(rows), self.setup_ns - before.setup_ns)
 
     def __str__(self) -> str:
+        setup = (f"one-time set-up outside any operator (modules imported on first use): "
+                 f"{self.setup_ns / 1e6:.1f} ms")
         if not self.rows:
-            return "op stats: no operator ran on the device"
+            return "op stats: no operator ran on the device" + (
+                f"; {setup}" if self.setup_ns else "")
         ranked = sorted(self.rows, key=lambda r: (-r.time_ns, r.op, r.dtype))
         header = ("op", "dtype", "native", "decomp", "cpu", "failed", "ms", "copied")
         lines = [
@@ -121,7 +130,8 @@ class OpStatsTable:
             )
 
         rule = "-" * len(fmt(header))
-        return "\n".join([fmt(header), rule, *map(fmt, lines[:-1]), rule, fmt(lines[-1])])
+        table = [fmt(header), rule, *map(fmt, lines[:-1]), rule, fmt(lines[-1])]
+        return "\n".join(table + ([setup] if self.setup_ns else []))
 
 
 def _bytes(n: int) -> str:
@@ -135,7 +145,7 @@ def op_stats() -> OpStatsTable:
     """The counters since the process started (or the last reset_op_stats())."""
     from torch_fl import _C
 
-    return OpStatsTable(tuple(OpStat(*row) for row in _C.op_stats()))
+    return OpStatsTable(tuple(OpStat(*row) for row in _C.op_stats()), _C.op_stats_setup_ns())
 
 
 def reset_op_stats() -> None:
@@ -162,11 +172,13 @@ def op_stats_scope() -> Iterator[_Scope]:
     from torch_fl import _C
 
     scope = _Scope()
+    setup_before = _C.op_stats_setup_ns()
     token = _C.op_stats_scope_begin()
     try:
         yield scope
     finally:
-        scope.table = OpStatsTable(tuple(OpStat(*row) for row in _C.op_stats_scope_end(token)))
+        rows = tuple(OpStat(*row) for row in _C.op_stats_scope_end(token))
+        scope.table = OpStatsTable(rows, _C.op_stats_setup_ns() - setup_before)
 
 
 def set_fallback_mode(mode: str) -> None:

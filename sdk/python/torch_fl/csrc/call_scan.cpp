@@ -52,7 +52,7 @@ void scan_tensor(
     } else if (d.index() != call.device) {
       device_mismatch(c10::Device(c10::DeviceType::PrivateUse1, call.device), d, sig.name);
     }
-  } else if (!(d.is_cpu() && t.dim() == 0)) {
+  } else if (!(d.is_cpu() && (t.dim() == 0 || info.host))) {
     device_mismatch(
         c10::Device(c10::DeviceType::PrivateUse1, std::max<c10::DeviceIndex>(call.device, 0)), d,
         sig.name);

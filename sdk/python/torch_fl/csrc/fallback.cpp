@@ -101,11 +101,13 @@ bool takes_generator(const c10::FunctionSchema& schema) {
   return false;
 }
 
+// `setup` receives the one-time set-up the decision took (op_stats.h).
 bool try_decompose(
     const c10::OperatorHandle& op,
     const std::string& name,
     torch::jit::Stack* stack,
-    c10::ScalarType dtype) {
+    c10::ScalarType dtype,
+    uint64_t* setup) {
   // Random ops decompose into prims that draw on the CPU generator: never native.
   if (takes_generator(op.schema())) {
     return false;
@@ -136,12 +138,19 @@ bool try_decompose(
         known = it->second;
       }
     }
-    const bool exists = known.has_value() ? *known : d.exists(name);
+    bool exists = known.value_or(false);
+    if (!known.has_value()) {
+      *setup += measure_setup([&] { exists = d.exists(name); });
+    }
     if (!known.has_value()) {
       std::lock_guard<std::mutex> lock(s.mutex);
       s.exists[name] = exists;
     }
-    decision = exists && d.usable(op, *stack) ? Decision::Usable : Decision::NotUsable;
+    bool usable = false;
+    if (exists) {
+      *setup += measure_setup([&] { usable = d.usable(op, *stack); });
+    }
+    decision = usable ? Decision::Usable : Decision::NotUsable;
     std::lock_guard<std::mutex> lock(s.mutex);
     s.decisions[key] = decision;
   }
@@ -345,12 +354,13 @@ void run_fallback(
   const std::string& plugin = active_plugin().name();
   const uint64_t start = now_ns();
 
-  if (try_decompose(op, name, stack, dtype)) {
-    counter.add(Path::Decomposed, now_ns() - start);
+  uint64_t setup = 0;
+  if (try_decompose(op, name, stack, dtype, &setup)) {
+    counter.add(Path::Decomposed, now_ns() - start - setup);
     return;
   }
   if (returns_view(schema)) {
-    counter.add(Path::Failed, now_ns() - start);
+    counter.add(Path::Failed, now_ns() - start - setup);
     TORCH_CHECK_NOT_IMPLEMENTED(
         false, name, " (", dtype_name(dtype), ") is not implemented for the '", plugin,
         "' device and cannot run on the CPU fallback because it returns a view of its "
@@ -358,7 +368,7 @@ void run_fallback(
   }
   const FallbackMode mode = fallback_mode();
   if (mode == FallbackMode::Error) {
-    counter.add(Path::Failed, now_ns() - start);
+    counter.add(Path::Failed, now_ns() - start - setup);
     TORCH_CHECK_NOT_IMPLEMENTED(
         false, name, " (", dtype_name(dtype), ") would run on the CPU fallback: ", reason,
         ". TORCH_FL_FALLBACK=error forbids CPU fallbacks; implement the op in the '",
@@ -368,13 +378,13 @@ void run_fallback(
   try {
     cpu_fallback(op, stack);
   } catch (c10::Error& e) {
-    counter.add(Path::Failed, now_ns() - start, transfer_bytes() - bytes_before);
+    counter.add(Path::Failed, now_ns() - start - setup, transfer_bytes() - bytes_before);
     e.add_context(
         name + " is not native on the '" + plugin +
         "' device; this error comes from its CPU fallback");
     throw;
   }
-  counter.add(Path::CpuFallback, now_ns() - start, transfer_bytes() - bytes_before);
+  counter.add(Path::CpuFallback, now_ns() - start - setup, transfer_bytes() - bytes_before);
   // Only after the fallback ran: a call the CPU refuses as well (a user error
   // that the meta step caught first) raises its own error without this warning.
   if (mode == FallbackMode::Warn) {

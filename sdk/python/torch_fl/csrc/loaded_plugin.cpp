@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <elf.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <fstream>
@@ -137,6 +138,7 @@ std::unique_ptr<Plugin> Plugin::load(
     const std::map<std::string, std::string>& options) {
   std::unique_ptr<Plugin> plugin(new Plugin());
   plugin->path_ = path;
+  plugin->loaded_in_pid_ = static_cast<int64_t>(getpid());
 
   std::string why;
   if (!looks_like_shared_library(path, &why)) {
@@ -448,6 +450,16 @@ void Plugin::check(TFL_Error* error, const char* what) const {
   std::string full = "plugin '" + name_ + "': " + what + " failed with " +
       error_code_name(code) + ": " + message;
   const c10::SourceLocation loc{__func__, __FILE__, static_cast<uint32_t>(__LINE__)};
+  if (code == TFL_ERR_UNAVAILABLE && static_cast<int64_t>(getpid()) != loaded_in_pid_) {
+    // Plugin state does not survive fork() (core.h): say what a user can do.
+    throw c10::AcceleratorError(
+        loc, code,
+        "the '" + c10::get_privateuse1_backend() + "' device cannot be used in a process forked "
+        "from one that had initialized it (" + what + " failed); start processes that use the "
+        "device with the 'spawn' start method: torch.multiprocessing.set_start_method('spawn'), "
+        "multiprocessing.get_context('spawn'), or DataLoader(..., multiprocessing_context='spawn'). "
+        "The plugin said: " + message);
+  }
   switch (code) {
     case TFL_ERR_OUT_OF_MEMORY:
       throw c10::OutOfMemoryError(loc, full);
@@ -483,11 +495,14 @@ void set_active_plugin(std::unique_ptr<Plugin> plugin) {
 
 void check_device_index(c10::DeviceIndex index) {
   Plugin& plugin = active_plugin();
-  TORCH_CHECK_VALUE(
-      index >= 0 && index < plugin.device_count(),
-      "invalid device index ", static_cast<int>(index), " for '",
-      plugin.name(), "': it has ", plugin.device_count(),
-      " device(s), so use an index from 0 to ", plugin.device_count() - 1);
+  if (index >= 0 && index < plugin.device_count()) {
+    return;
+  }
+  throw c10::AcceleratorError(
+      {__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, TFL_ERR_INVALID_ARGUMENT,
+      "invalid device index " + std::to_string(static_cast<int>(index)) + " for '" +
+          c10::get_privateuse1_backend() + "': it has " + std::to_string(plugin.device_count()) +
+          " device(s), so use an index from 0 to " + std::to_string(plugin.device_count() - 1));
 }
 
 } // namespace torch_fl::bridge

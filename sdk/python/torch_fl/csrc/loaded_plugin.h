@@ -147,6 +147,7 @@ class Plugin {
   std::vector<std::vector<uint8_t>> peer_;
   std::vector<SymbolKernel> symbol_kernels_;
   bool shut_down_ = false;
+  int64_t loaded_in_pid_ = 0; // a different getpid() is a forked child
 };
 
 // Name of a TFL_ErrorCode, e.g. "TFL_ERR_OUT_OF_MEMORY".
@@ -157,8 +158,9 @@ Plugin& active_plugin();
 Plugin* active_plugin_or_null();
 void set_active_plugin(std::unique_ptr<Plugin> plugin);
 
-// Validates a device index against the active plugin with a message that
-// names the device and the count.
+// Validates a device index against the active plugin; an invalid one is a
+// torch.AcceleratorError (as CUDA's invalid device ordinal) that names the
+// device and the count.
 void check_device_index(c10::DeviceIndex index);
 
 } // namespace torch_fl::bridge

@@ -470,6 +470,7 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("op_stats", [] { return op_stats_rows(op_stats_snapshot()); });
   m.def("op_stats_reset", &op_stats_reset);
+  m.def("op_stats_setup_ns", &setup_ns);
   m.def("op_stats_scope_begin", &op_stats_scope_begin);
   m.def("op_stats_scope_end", [](uint64_t id) { return op_stats_rows(op_stats_scope_end(id)); });
   m.def("set_fallback_mode", [](const std::string& mode) {

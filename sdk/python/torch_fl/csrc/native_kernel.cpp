@@ -88,7 +88,8 @@ void NativeKernel::operator()(
   CallShape call;
   MetaKey key;
   scan_call(sig_, args, call, key);
-  const std::shared_ptr<const MetaEntry> meta = metadata(op, args, key);
+  uint64_t setup = 0;
+  const std::shared_ptr<const MetaEntry> meta = metadata(op, args, key, &setup);
   if (call.dtype == c10::ScalarType::Undefined && !meta->outs.empty()) {
     call.dtype = meta->outs[0].dtype;
   }
@@ -108,17 +109,18 @@ void NativeKernel::operator()(
     }
     write_back(ops);
   } catch (...) {
-    counter.add(Path::Failed, now_ns() - start);
+    counter.add(Path::Failed, now_ns() - start - setup);
     throw;
   }
   push_results(stack, nargs, ops);
-  counter.add(Path::Native, now_ns() - start);
+  counter.add(Path::Native, now_ns() - start - setup);
 }
 
 std::shared_ptr<const MetaEntry> NativeKernel::metadata(
     const c10::OperatorHandle& op,
     c10::ArrayRef<c10::IValue> args,
-    const MetaKey& key) {
+    const MetaKey& key,
+    uint64_t* setup) {
   // An op that returns nothing has no output metadata to compute (and some,
   // like _fused_sgd_, have no meta function at all).
   static const auto no_outputs = std::make_shared<const MetaEntry>();
@@ -131,7 +133,9 @@ std::shared_ptr<const MetaEntry> NativeKernel::metadata(
       return hit;
     }
   }
-  auto entry = std::make_shared<const MetaEntry>(compute_meta(meta_source_, op, args));
+  std::shared_ptr<const MetaEntry> entry;
+  *setup = measure_setup(
+      [&] { entry = std::make_shared<const MetaEntry>(compute_meta(meta_source_, op, args)); });
   if (cached) {
     cache_.insert(key, entry);
   }

@@ -54,8 +54,10 @@ class NativeKernel final : public c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
 
  private:
+  // `setup` receives the one-time set-up time of a cache miss (op_stats.h).
   std::shared_ptr<const MetaEntry> metadata(
-      const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args, const MetaKey& key);
+      const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args, const MetaKey& key,
+      uint64_t* setup);
   const char* why_not_native(const CallShape& call, const MetaEntry& meta) const;
   bool launch(c10::ArrayRef<c10::IValue> args, const CallShape& call, const Operands& ops,
               std::string* declined) const;

@@ -7,6 +7,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <set>
 #include <unordered_map>
 
 namespace torch_fl::bridge {
@@ -26,6 +27,21 @@ const std::unordered_map<std::string, std::vector<int>>& mutation_table() {
       {"aten::native_batch_norm.out", {3, 4}},
   };
   return *table;
+}
+
+// ---------------------------------------------------------------------------
+// Host operands
+// ---------------------------------------------------------------------------
+
+// Advanced indexing (aten/src/ATen/native/TensorAdvancedIndexing.cpp) moves
+// CPU indices to self's device, for every overload of these operators.
+bool takes_host_indices(const std::string& base) {
+  static const auto* names = new std::set<std::string>{
+      "aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl",
+      "aten::_index_put_impl_", "aten::_unsafe_index", "aten::_unsafe_index_put",
+      "aten::_unsafe_masked_index", "aten::_unsafe_masked_index_put_accumulate",
+  };
+  return names->count(base) != 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -124,6 +140,19 @@ const std::vector<int>& unannotated_mutations(const std::string& op) {
   static const std::vector<int> none;
   auto it = mutation_table().find(op);
   return it == mutation_table().end() ? none : it->second;
+}
+
+std::vector<int> host_operand_args(const c10::FunctionSchema& schema) {
+  std::vector<int> args;
+  if (!takes_host_indices(schema.name())) {
+    return args;
+  }
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    if (schema.arguments()[i].name() == "indices") {
+      args.push_back(static_cast<int>(i));
+    }
+  }
+  return args;
 }
 
 std::optional<std::vector<OutSpec>> rule_output_metadata(

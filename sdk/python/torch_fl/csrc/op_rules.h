@@ -23,6 +23,13 @@ namespace torch_fl::bridge {
 // Both the kernel path and the CPU fallback treat them as mutated.
 const std::vector<int>& unannotated_mutations(const std::string& op);
 
+// Arguments whose tensors may live on the CPU although the operator runs on
+// the device, because PyTorch moves them to the device itself: the index
+// tensors of advanced indexing (x[cpu_index], x[cpu_mask] = v, index_put_).
+// The bridge moves them too; any other CPU tensor but a 0-dim one is a
+// device mismatch.
+std::vector<int> host_operand_args(const c10::FunctionSchema& schema);
+
 // Output metadata the bridge computes itself where PyTorch's meta function
 // cannot be used for a call (it fails on valid arguments). nullopt: ask the
 // meta function.

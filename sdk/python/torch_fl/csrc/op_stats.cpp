@@ -1,5 +1,7 @@
 #include "op_stats.h"
 
+#include <Python.h>
+
 #include <algorithm>
 #include <chrono>
 #include <tuple>
@@ -146,6 +148,36 @@ void op_stats_reset() {
     counter->time_ns.store(0, std::memory_order_relaxed);
     counter->bytes_copied.store(0, std::memory_order_relaxed);
   }
+}
+
+namespace {
+std::atomic<uint64_t> g_setup_ns{0};
+
+Py_ssize_t loaded_modules() {
+  if (!Py_IsInitialized()) {
+    return 0;
+  }
+  PyGILState_STATE gil = PyGILState_Ensure();
+  const Py_ssize_t n = PyDict_Size(PyImport_GetModuleDict());
+  PyGILState_Release(gil);
+  return n;
+}
+} // namespace
+
+uint64_t setup_ns() {
+  return g_setup_ns.load(std::memory_order_relaxed);
+}
+
+uint64_t measure_setup(const std::function<void()>& fn) {
+  const Py_ssize_t before = loaded_modules();
+  const uint64_t start = now_ns();
+  fn();
+  const uint64_t spent = now_ns() - start;
+  if (loaded_modules() == before) {
+    return 0;
+  }
+  g_setup_ns.fetch_add(spent, std::memory_order_relaxed);
+  return spent;
 }
 
 uint64_t now_ns() {

@@ -8,6 +8,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -90,5 +91,13 @@ class OpCounterCache {
 };
 
 uint64_t now_ns();
+
+// One-time set-up: PyTorch's Python meta functions and decompositions
+// import modules on first use (torch._dynamo: seconds). A region of the op
+// path that imported modules is set-up, counted here instead of in the
+// operator that happened to run first. measure_setup runs `fn` and returns
+// the nanoseconds it spent if it imported modules, else 0.
+uint64_t setup_ns();
+uint64_t measure_setup(const std::function<void()>& fn);
 
 } // namespace torch_fl::bridge

@@ -57,6 +57,10 @@ class Builder {
   // A tensor the kernel only reads.
   at::Tensor read_only(const at::Tensor& t, uint8_t* broadcast) const {
     at::Tensor c = t;
+    if (c.device().is_cpu() && c.dim() != 0) {
+      // A host operand the operator allows (op_rules: CPU index tensors).
+      c = c.to(c10::Device(c10::DeviceType::PrivateUse1, call_.device));
+    }
     if (c.device().is_cpu()) {
       if (flags_ & TFL_KERNEL_HOST_SCALARS) {
         return c; // passed as given, never broadcast: the kernel reads the exact value

@@ -4,6 +4,8 @@
 
 #include <torch_fl/kernel.h>
 
+#include <algorithm>
+
 namespace torch_fl::bridge {
 
 namespace {
@@ -127,6 +129,7 @@ Signature analyze(const c10::FunctionSchema& schema) {
   Signature sig;
   sig.name = c10::toString(schema.operator_name());
   const std::vector<int>& hidden_writes = unannotated_mutations(sig.name);
+  const std::vector<int> host_args = host_operand_args(schema);
   bool has_out = false;
   bool mutates = false;
   for (size_t i = 0; i < schema.arguments().size(); ++i) {
@@ -137,6 +140,7 @@ Signature analyze(const c10::FunctionSchema& schema) {
     info.write = (arg.alias_info() != nullptr && arg.alias_info()->isWrite()) ||
         std::find(hidden_writes.begin(), hidden_writes.end(), static_cast<int>(i)) !=
             hidden_writes.end();
+    info.host = std::find(host_args.begin(), host_args.end(), static_cast<int>(i)) != host_args.end();
     has_out = has_out || info.out;
     mutates = mutates || info.write;
     if (info.kind == ArgKind::Unsupported) {

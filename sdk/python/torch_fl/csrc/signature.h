@@ -38,6 +38,7 @@ struct ArgInfo {
   ArgKind kind = ArgKind::Unsupported;
   bool out = false;   // an out= argument
   bool write = false; // written by the operator (annotated, or an op_rules mutation)
+  bool host = false;  // its tensors may be on the CPU (op_rules: moved to the device)
 };
 
 struct Signature {

@@ -77,6 +77,9 @@ c10::Stream StreamRegistry::next_pool_stream(c10::DeviceIndex device) {
 }
 
 c10::Stream StreamRegistry::current(c10::DeviceIndex device) const {
+  TORCH_CHECK(
+      device >= 0 && device < device_count_,
+      "stream on invalid device index ", static_cast<int>(device));
   return c10::Stream(
       c10::Stream::UNSAFE, c10::Device(kType, device), tls_stream[device]);
 }
@@ -170,22 +173,30 @@ class DeviceGuard final : public c10::impl::DeviceGuardImplInterface {
     tls_device = device.index();
   }
 
+  // A device without an index (torch.Stream(device="<name>")) is the
+  // current device, as for CUDA.
+  static c10::DeviceIndex index_of(c10::Device device) {
+    const c10::DeviceIndex index = device.has_index() ? device.index() : current_device();
+    check_device_index(index);
+    return index;
+  }
+
   c10::Stream getStream(c10::Device device) const override {
-    return StreamRegistry::get().current(device.index());
+    return StreamRegistry::get().current(index_of(device));
   }
 
   c10::Stream getDefaultStream(c10::Device device) const override {
-    return StreamRegistry::get().default_stream(device.index());
+    return StreamRegistry::get().default_stream(index_of(device));
   }
 
   c10::Stream getStreamFromGlobalPool(
       c10::Device device,
       bool /*isHighPriority*/) const override {
-    return StreamRegistry::get().next_pool_stream(device.index());
+    return StreamRegistry::get().next_pool_stream(index_of(device));
   }
 
   c10::Stream getNewStream(c10::Device device, int /*priority*/) const override {
-    return StreamRegistry::get().next_pool_stream(device.index());
+    return StreamRegistry::get().next_pool_stream(index_of(device));
   }
 
   c10::Stream exchangeStream(c10::Stream stream) const override {
