@@ -60,7 +60,7 @@ def test_must_failure_blocks_its_level_should_does_not() -> None:
 
 
 def test_crash_timeout_and_xfail_are_not_met() -> None:
-    for outcome in ("CRASH", "TIMEOUT", "XFAIL", "ERROR", "NOT_RUN"):
+    for outcome in ("CRASH", "TIMEOUT", "XFAIL", "ERROR", "NOT_RUN", "BLOCKED"):
         r = _report({"TFL-SMOKE-005": outcome})
         assert r["level"]["achieved"] == "none", (outcome, r["level"]["summary"])
 
@@ -91,3 +91,25 @@ def test_digest_detects_edits() -> None:
     r = _report({})
     r["tests"][0]["outcome"] = "FAIL"
     assert integrity.check(r), "an edited outcome must break the digest"
+
+
+def test_suspects_rank_the_kernel_whose_own_entry_fails_above_copies() -> None:
+    from torch_fl_conformance.report.suspects import kernel_base, rank_suspects
+
+    assert kernel_base("aten::gelu_backward.grad_input") == "gelu"
+    assert kernel_base("aten::_softmax_backward_data") == "softmax"
+    op = "L1/test_opinfo.py::test_op[{}-float32-{}]"
+
+    def t(tid: str, outcome: str, data: dict[str, Any]) -> dict[str, Any]:
+        return {"id": tid, "outcome": outcome, "data": data}
+
+    kernels = {"native": ["aten::_copy_from", "aten::mul.Tensor"]}
+    tests = [t(op.format("mul", "noncontiguous"), "FAIL", {"kernels": kernels}),
+             t(op.format("addcmul", "output"), "FAIL", {"kernels": kernels}),
+             t(op.format("div.no_rounding_mode", "runs"), "PASS",
+               {"opinfo": {"kernels": ["aten::_copy_from", "aten::div.Tensor"], "class": "native"}}),
+             t("L1/test_memory.py::test_no_leak", "TIMEOUT",
+               {"kernels": {"running": ["aten::mm"]}})]
+    ranked = [s["kernel"] for s in rank_suspects(tests)]
+    assert set(ranked[:2]) == {"aten::mm", "aten::mul.Tensor"}, ranked
+    assert ranked.index("aten::_copy_from") > ranked.index("aten::mul.Tensor"), ranked

@@ -293,6 +293,10 @@ def render_html(r: dict[str, Any]) -> str:
         for row in cov["ops"]:
             note = row.get("wrong") or row.get("grad_wrong") or row.get("forward_error") \
                 or row.get("backward_error") or row.get("message") or ""
+            failed = [c for c, o in row.get("checks", {}).items()
+                      if o not in (outcomes.PASS, outcomes.SKIP)]
+            if failed:
+                note = f"not passing: {', '.join(failed)}" + (f"; {note}" if note else "")
             if row.get("unsupported_samples"):
                 note = (note + "; " if note else "") + ", ".join(
                     f"{n} sample(s) need {c} (not advertised)"
