@@ -70,7 +70,9 @@ def _header_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         ("run", (f"{run['started']} – {run['finished']} ({run['duration_s']:.0f} s, "
                 f"{run['workers']} worker(s), {run['worker_restarts']} restart(s))")),
         ("options", f"level ≤ {o['level']}, seed {o['seed']}, timeout {o['timeout_s']:g} s, "
-                    f"{o['samples']} samples/op, certify {'yes' if o['certify'] else 'no'}"
+                    + (f"{o['samples']} samples/op" if o.get("samples")
+                       else "samples per the sweep's budget")
+                    + f", certify {'yes' if o['certify'] else 'no'}"
                     + (f", ops {o['ops']}" if o.get("ops") else "")
                     + (f", models {o['models']}" if o.get("models") else "")),
         ("expectations", o.get("expectations") or "none"),
