@@ -160,7 +160,10 @@ def register_device_plugin(
         _C.set_meta_cache_enabled(os.environ.get("TORCH_FL_META_CACHE", "1") != "0")
         _decomp.install(name)
 
+        from torch_fl.compile.device_interface import register as _register_with_compilers
         from torch_fl.custom_ops import register_custom_ops
+
+        _register_with_compilers(name)
 
         custom = register_custom_ops(info)
         module = getattr(torch, name)

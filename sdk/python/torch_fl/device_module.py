@@ -134,13 +134,18 @@ def make_device_module(name: str, info: dict[str, Any]) -> types.ModuleType:
                 cls, device=torch.device(name, _index(device)), priority=priority
             )
 
-    def Event(enable_timing: bool = False, blocking: bool = False,  # noqa: N802
-              interprocess: bool = False, device: Any = None) -> torch.Event:
-        """An event of this device (a torch.Event)."""
-        return torch.Event(
-            device=torch.device(name, _index(device)), enable_timing=enable_timing,
-            blocking=blocking, interprocess=interprocess,
-        )
+    class Event(torch.Event):
+        """An event of this device (torch.Event with the device type filled in)."""
+
+        def __new__(cls, enable_timing: bool = False, blocking: bool = False,
+                    interprocess: bool = False, device: Any = None) -> Event:
+            return super().__new__(
+                cls, device=torch.device(name, _index(device)), enable_timing=enable_timing,
+                blocking=blocking, interprocess=interprocess,
+            )
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
 
     def _wrap(raw: tuple[int, int, int]) -> Stream:
         stream_id, device_index, device_type = raw
@@ -154,6 +159,15 @@ def make_device_module(name: str, info: dict[str, Any]) -> types.ModuleType:
 
     def set_stream(stream: torch.Stream) -> None:
         _C.set_stream(stream.stream_id, stream.device_index)
+
+    def _set_stream_by_id(stream_id: int, device_index: int, device_type: int) -> None:
+        _C.set_stream(stream_id, device_index)
+
+    def _exchange_device(device: int) -> int:
+        previous = _C.current_device()
+        if device >= 0 and device != previous:
+            _C.set_device(_index(device))
+        return previous
 
     class StreamContext:
         """Makes `stream` current on its device for the duration of a with block."""
@@ -286,6 +300,9 @@ def make_device_module(name: str, info: dict[str, Any]) -> types.ModuleType:
         "current_stream": current_stream,
         "default_stream": default_stream,
         "set_stream": set_stream,
+        "_set_stream_by_id": _set_stream_by_id,
+        "_exchange_device": _exchange_device,
+        "_maybe_exchange_device": _exchange_device,
         "stream": stream,
         "StreamContext": StreamContext,
         "memory_stats": memory_stats,

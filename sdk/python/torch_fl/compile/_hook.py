@@ -1,10 +1,10 @@
-"""Registers the "torchfl" backend with Dynamo without importing Dynamo.
+"""Registrations with parts of torch that `import torch_fl` must not import.
 
-`import torch_fl` must stay cheap, and importing torch._dynamo costs about a
-second. So the backend is registered at the moment Dynamo's backend
-registry module finishes loading (or at once, when it already has). The
-`torch_dynamo_backends` entry point reaches the same function when the
-package metadata declares it; whichever comes first registers it.
+Importing torch._dynamo costs about a second and torch._inductor more, so the
+"torchfl" Dynamo backend, the device's Dynamo interface and its inductor
+placeholder are registered at the moment the module they go into finishes
+loading (or at once, when it already has). The `torch_dynamo_backends` entry
+point reaches the backend registration too; whichever comes first registers it.
 """
 
 from __future__ import annotations
@@ -12,29 +12,43 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-__all__ = ["install_backend_hook"]
+__all__ = ["install_backend_hook", "when_imported"]
 
 _REGISTRY = "torch._dynamo.backends.registry"
 BACKEND_NAME = "torchfl"
 
+_pending: dict[str, list[Callable[[ModuleType], None]]] = {}
 
-def _register(registry: ModuleType) -> None:
-    if BACKEND_NAME in registry._COMPILER_FNS:
+
+def _loaded(name: str) -> ModuleType | None:
+    module = sys.modules.get(name)
+    spec = getattr(module, "__spec__", None)
+    if module is None or getattr(spec, "_initializing", False):
+        return None
+    return module
+
+
+def when_imported(name: str, fn: Callable[[ModuleType], None]) -> None:
+    """Calls fn(module) once `name` has finished loading: now, or when it does."""
+    module = _loaded(name)
+    if module is not None:
+        fn(module)
         return
-    from torch_fl.compile import torchfl_backend
-
-    registry.register_backend(compiler_fn=torchfl_backend, name=BACKEND_NAME)
+    _pending.setdefault(name, []).append(fn)
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
 
 
 class _RegisteringLoader(importlib.abc.Loader):
-    """Runs the registry module with its own loader, then registers."""
+    """Runs a module with its own loader, then the registrations waiting for it."""
 
-    def __init__(self, inner: importlib.abc.Loader) -> None:
+    def __init__(self, inner: importlib.abc.Loader, name: str) -> None:
         self._inner = inner
+        self._name = name
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self._inner.create_module(spec)
@@ -42,43 +56,37 @@ class _RegisteringLoader(importlib.abc.Loader):
     def exec_module(self, module: ModuleType) -> None:
         self._inner.exec_module(module)
         module.__loader__ = self._inner
-        _register(module)
+        for fn in _pending.pop(self._name, []):
+            fn(module)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
 
-class _RegistryFinder(importlib.abc.MetaPathFinder):
+class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != _REGISTRY:
+        if fullname not in _pending:
             return None
-        _remove_finder()
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
             return None
-        spec.loader = _RegisteringLoader(spec.loader)
+        spec.loader = _RegisteringLoader(spec.loader, fullname)
         return spec
 
 
-_finder: _RegistryFinder | None = None
+_finder = _Finder()
 
 
-def _remove_finder() -> None:
-    global _finder
-    if _finder is not None and _finder in sys.meta_path:
-        sys.meta_path.remove(_finder)
-    _finder = None
+def _register_backend(registry: ModuleType) -> None:
+    if BACKEND_NAME in registry._COMPILER_FNS:
+        return
+    from torch_fl.compile import torchfl_backend
+
+    registry.register_backend(compiler_fn=torchfl_backend, name=BACKEND_NAME)
 
 
 def install_backend_hook() -> None:
     """Makes `torch.compile(backend="torchfl")` resolve, now or when Dynamo loads."""
-    global _finder
-    registry = sys.modules.get(_REGISTRY)
-    if registry is not None:
-        _register(registry)
-        return
-    if _finder is None:
-        _finder = _RegistryFinder()
-        sys.meta_path.insert(0, _finder)
+    when_imported(_REGISTRY, _register_backend)
