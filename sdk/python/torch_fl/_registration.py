@@ -164,6 +164,9 @@ def register_device_plugin(
         from torch_fl.custom_ops import register_custom_ops
 
         _register_with_compilers(name)
+        from torch_fl.ipc import install as _install_ipc_refusal
+
+        _install_ipc_refusal(name)
 
         custom = register_custom_ops(info)
         module = getattr(torch, name)
