@@ -230,3 +230,34 @@ def test_autoload_works_whatever_is_imported_first(first: str) -> None:
         """)
     assert assert_ok(proc).split() == ["flemu", "2.0"], proc.stdout
     assert "autoloading a device plugin failed" not in proc.stderr, proc.stderr
+
+
+def test_bridge_refuses_another_torch_release_naming_both() -> None:
+    from torch_fl._build_check import BridgeVersionError, check_torch_version
+
+    check_torch_version(running="2.13.1", built="2.13.0+cpu")  # same release: fine
+    with pytest.raises(BridgeVersionError) as err:
+        check_torch_version(running="2.14.1", built="2.13.0+cpu")
+    msg = str(err.value)
+    assert "2.13.0+cpu" in msg and "2.14.1" in msg and "pip install" in msg, msg
+    assert isinstance(err.value, ImportError)
+
+
+def test_mismatched_bridge_leaves_import_torch_working_and_the_device_unregistered() -> None:
+    out = assert_ok(run_python(
+        """
+        import sys, types, warnings
+        # As if the installed bridge had been built for another torch release.
+        sys.modules["torch_fl._build_info"] = types.SimpleNamespace(TORCH_VERSION="2.99.0")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            import torch
+        import torch_fl
+        print(torch_fl.get_plugin() is None, "torch_fl._C" in sys.modules)
+        print(sum("built for torch 2.99.0" in str(m.message) for m in w))
+        try:
+            torch_fl.register_device_plugin("flemu")
+        except ImportError as e:
+            print("refused", type(e).__name__)
+        """))
+    assert out.split() == ["True", "False", "1", "refused", "BridgeVersionError"], out

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import os
 
+from torch_fl._build_check import install as _guard_bridge_version
+
+# Before anything can import torch_fl._C (autoload included).
+_guard_bridge_version()
+
 # torch first: its import runs plugin autoload, which loads the modules below;
 # importing them before torch would hand autoload half-initialized modules.
-import torch  # noqa: F401
+import torch  # noqa: F401,E402
 
 from torch_fl._active import get_plugin
 from torch_fl._discovery import PluginSpec, discover_plugins
