@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import os
 
-from torch_fl._build_check import install as _guard_bridge_version
-
-# Before anything can import torch_fl._C (autoload included).
-_guard_bridge_version()
+# isort: off
+# Before anything can import torch_fl._C, autoload included: importing it
+# installs the check of the torch release the bridge was built for.
+import torch_fl._build_check  # noqa: F401
 
 # torch first: its import runs plugin autoload, which loads the modules below;
 # importing them before torch would hand autoload half-initialized modules.
-import torch  # noqa: F401,E402
+import torch  # noqa: F401
+# isort: on
 
 from torch_fl._active import get_plugin
 from torch_fl._discovery import PluginSpec, discover_plugins

@@ -3,7 +3,11 @@ another it can crash in its first registration. So before the extension loads,
 the running torch is compared with the one it was built for, and a mismatch is
 an ImportError naming both and what to do. It surfaces where the bridge is
 first needed (registering a plugin); autoload turns it into a warning and
-leaves the device unregistered, so `import torch` keeps working."""
+leaves the device unregistered, so `import torch` keeps working.
+
+Importing this module installs the check (torch_fl/__init__.py does, first of
+all): the one import-time effect of the package, because the check must be in
+place before anything can import the extension."""
 
 from __future__ import annotations
 
@@ -58,3 +62,6 @@ def install() -> None:
     """Checks the torch version when torch_fl._C is first imported."""
     if "torch_fl._C" not in sys.modules and not any(isinstance(f, _Guard) for f in sys.meta_path):
         sys.meta_path.insert(0, _Guard())
+
+
+install()
