@@ -72,6 +72,7 @@ class RunState:
     _watch: kernel_watch.Watch | None = None
     _commands: protocol.LineReader | None = None
     _queued: list[Any] = field(default_factory=list)
+    _runner_pid: int = 0
 
     # -- construction ------------------------------------------------------
     @classmethod
@@ -274,9 +275,12 @@ class RunState:
                 self._kernels[m.id] = kernel_watch.kernels_of(scope.table)
 
     def _take_commands(self) -> None:
-        """Block commands the runner sent while this worker was busy."""
+        """Block commands the runner sent while this worker was busy. A worker whose
+        runner is gone (killed) stops instead of running its chunk to the end."""
         if self._commands is None:
             return
+        if os.getppid() != self._runner_pid:
+            os._exit(3)
         for cmd in self._commands.poll():
             self._apply(cmd)
 
@@ -362,6 +366,7 @@ class RunState:
                                          kernel_watch.plugin_kernels(self.target.handle))
         kernel_watch.install(self._watch)
         self._commands = protocol.LineReader(self.worker_fds[0])
+        self._runner_pid = os.getppid()
         self._emit(protocol.Collected(
             ids=ids, sha=hashlib.sha256("\n".join(ids).encode()).hexdigest(),
             meta={t: vars(self.meta[t]) for t in ids}, deselected=self.deselected,
