@@ -78,6 +78,29 @@ def test_object_file_is_not_a_shared_library(bad_plugins: dict[str, Path]) -> No
     assert "not a shared library" in r["message"], r
 
 
+@pytest.mark.parametrize("keep", [3000, 0.6])
+def test_truncated_library_is_an_error_not_a_signal(tmp_path: Path, keep: float) -> None:
+    import flemu
+
+    whole = Path(flemu.library_path()).read_bytes()
+    cut = tmp_path / "libflemu_truncated.so"
+    cut.write_bytes(whole[: int(keep if keep >= 1 else len(whole) * keep)])
+    r = try_bad("flemu", str(cut))
+    assert r["error"] == "NotASharedLibraryError", r
+    assert "truncated or corrupt" in r["message"] and "reinstall" in r["message"], r
+
+
+def test_truncated_installed_plugin_leaves_import_torch_working(tmp_path: Path) -> None:
+    import flemu
+
+    cut = tmp_path / "libflemu_truncated.so"
+    cut.write_bytes(Path(flemu.library_path()).read_bytes()[:3000])
+    proc = run_python("import torch\nprint('imported', torch._C._get_privateuse1_backend_name())",
+                      env={"TORCH_FL_PLUGINS": f"cut={cut}@100"})
+    assert "imported flemu" in assert_ok(proc), proc.stdout
+    assert "truncated" in proc.stderr, proc.stderr
+
+
 def test_library_without_entry_symbol(bad_plugins: dict[str, Path]) -> None:
     r = try_bad("flemu", str(bad_plugins["NO_ENTRY"]))
     assert r["error"] == "MissingEntrySymbolError", r

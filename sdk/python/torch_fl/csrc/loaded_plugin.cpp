@@ -90,10 +90,44 @@ bool looks_like_shared_library(const std::string& path, std::string* why) {
     *why = "is not an ELF file";
     return false;
   }
-  if (file.gcount() == sizeof(ehdr) && ehdr.e_type != ET_DYN) {
+  if (file.gcount() != sizeof(ehdr) || ehdr.e_ident[EI_CLASS] != ELFCLASS64) {
+    *why = "is not a 64-bit ELF file (or its header is cut short)";
+    return false;
+  }
+  if (ehdr.e_type != ET_DYN) {
     *why = "is an ELF file but not a shared library (e_type " +
         std::to_string(ehdr.e_type) + ")";
     return false;
+  }
+  // dlopen maps what the headers describe; parts past the end of the file
+  // (a truncated copy) fault with SIGBUS when touched, killing the process.
+  file.seekg(0, std::ios::end);
+  const uint64_t size = static_cast<uint64_t>(file.tellg());
+  auto beyond = [&](uint64_t offset, uint64_t length) {
+    return offset > size || length > size - offset;
+  };
+  const std::string truncated = "is truncated or corrupt (the file has " +
+      std::to_string(size) + " bytes, ";
+  const char* reinstall = "); reinstall the plugin";
+  if (ehdr.e_phentsize != sizeof(Elf64_Phdr) ||
+      beyond(ehdr.e_phoff, uint64_t{ehdr.e_phnum} * sizeof(Elf64_Phdr))) {
+    *why = truncated + "its program headers lie beyond it" + reinstall;
+    return false;
+  }
+  if (ehdr.e_shoff != 0 &&
+      beyond(ehdr.e_shoff, uint64_t{ehdr.e_shnum} * uint64_t{ehdr.e_shentsize})) {
+    *why = truncated + "its section headers lie beyond it" + reinstall;
+    return false;
+  }
+  for (uint16_t i = 0; i < ehdr.e_phnum; ++i) {
+    Elf64_Phdr ph{};
+    file.seekg(static_cast<std::streamoff>(ehdr.e_phoff + uint64_t{i} * sizeof(Elf64_Phdr)));
+    file.read(reinterpret_cast<char*>(&ph), sizeof(ph));
+    if (!file || ((ph.p_type == PT_LOAD || ph.p_type == PT_DYNAMIC) && beyond(ph.p_offset, ph.p_filesz))) {
+      *why = truncated + "segment " + std::to_string(i) + " needs " +
+          std::to_string(ph.p_offset + ph.p_filesz) + reinstall;
+      return false;
+    }
   }
   return true;
 }
