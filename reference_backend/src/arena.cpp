@@ -25,11 +25,11 @@ Arena::Arena(int32_t device, uint64_t capacity, bool strict, bool guards)
     : device_(device), capacity_(round_up(capacity, kPage)), strict_(strict), guards_(guards) {
   const std::string name = cat("flemu-device-", device);
   fd_ = static_cast<int>(memfd_create(name.c_str(), MFD_CLOEXEC));
-  if (fd_ < 0) throw_error(TFL_ERR_DEVICE, cat("memfd_create for device ", device, " failed: ", std::strerror(errno)));
+  if (fd_ < 0) fail(TFL_ERR_DEVICE, cat("memfd_create for device ", device, " failed: ", std::strerror(errno)));
   if (ftruncate(fd_, static_cast<off_t>(capacity_)) != 0) {
     const int e = errno;
     close(fd_);
-    throw_error(TFL_ERR_DEVICE, cat("cannot size the memory of device ", device, " to ", capacity_,
+    fail(TFL_ERR_DEVICE, cat("cannot size the memory of device ", device, " to ", capacity_,
                                     " bytes: ", std::strerror(e)));
   }
   const int flags = MAP_SHARED | MAP_NORESERVE;
@@ -37,7 +37,7 @@ Arena::Arena(int32_t device, uint64_t capacity, bool strict, bool guards)
   if (dev == MAP_FAILED) {
     const int e = errno;
     close(fd_);
-    throw_error(TFL_ERR_DEVICE, cat("cannot map ", capacity_, " bytes for device ", device, ": ",
+    fail(TFL_ERR_DEVICE, cat("cannot map ", capacity_, " bytes for device ", device, ": ",
                                     std::strerror(e), " (lower FLEMU_MEMORY_BYTES)"));
   }
   device_map_ = static_cast<char*>(dev);
@@ -48,7 +48,7 @@ Arena::Arena(int32_t device, uint64_t capacity, bool strict, bool guards)
       const int e = errno;
       munmap(device_map_, capacity_);
       close(fd_);
-      throw_error(TFL_ERR_DEVICE, cat("cannot map the strict-mode alias of device ", device, ": ",
+      fail(TFL_ERR_DEVICE, cat("cannot map the strict-mode alias of device ", device, ": ",
                                       std::strerror(e)));
     }
     alias_ = static_cast<char*>(alias);
@@ -94,7 +94,7 @@ void* Arena::allocate(uint64_t size) {
   auto it = free_by_size_.lower_bound({need, 0});
   if (need > capacity_ || it == free_by_size_.end()) {
     const uint64_t largest = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
-    throw_error(TFL_ERR_OUT_OF_MEMORY,
+    fail(TFL_ERR_OUT_OF_MEMORY,
                 cat("out of memory on device ", device_, ": requested ", size, " bytes, ",
                     capacity_ - allocated_bytes_, " bytes free of ", capacity_,
                     " total (largest free block ", largest, " bytes)"));
@@ -137,7 +137,7 @@ void Arena::free(void* ptr, bool leak) {
     insert_free(block.begin, block.size);
   }
   if (!broken.empty())
-    throw_error(TFL_ERR_INTERNAL, cat("out-of-bounds write found when the memory was freed: ", broken,
+    fail(TFL_ERR_INTERNAL, cat("out-of-bounds write found when the memory was freed: ", broken,
                                       " (guard regions of FLEMU_CHECK_CONTRACTS=1)"));
 }
 

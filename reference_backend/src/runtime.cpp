@@ -30,7 +30,7 @@ Runtime& runtime() {
   Runtime* rt = runtime_or_null();
   if (rt == nullptr) {
     if (g_forked.load())
-      throw_error(TFL_ERR_UNAVAILABLE,
+      fail(TFL_ERR_UNAVAILABLE,
                   "this process was forked from one that had initialized flemu; its devices stay with the parent "
                   "(call Plugin_Initialize in the child to get its own)");
     invalid_argument("the plugin is not initialized (call Plugin_Initialize first)");

@@ -70,17 +70,9 @@ void check_value(const TFL_Tunable& t, int64_t value) {
     invalid_argument("tunable '", t.name, "' takes values from 1 to ", max, ", got ", value);
 }
 
-void check_args(const void* args, size_t struct_size, size_t expected, const char* type) {
-  if (args == nullptr) invalid_argument(type, " is NULL");
-  if (struct_size < expected)
-    invalid_argument(type, ".struct_size is ", struct_size, ", expected at least ", expected);
-}
-#define FLEMU_CHECK_TUNABLE_ARGS(args, Type) \
-  check_args(args, (args) ? (args)->struct_size : 0, Type##_STRUCT_SIZE, #Type)
-
 TFL_Error* Tunables_List(TFL_Tunables_List_Args* args) {
   return guarded("Tunables_List", [&] {
-    FLEMU_CHECK_TUNABLE_ARGS(args, TFL_Tunables_List_Args);
+    TFL_CHECK_ARGS(args, TFL_Tunables_List_Args);
     runtime().device(args->device);
     args->tunables = kTunables;
     args->num_tunables = kNumTunables;
@@ -89,7 +81,7 @@ TFL_Error* Tunables_List(TFL_Tunables_List_Args* args) {
 
 TFL_Error* Tunables_Get(TFL_Tunables_Value_Args* args) {
   return guarded("Tunables_Get", [&] {
-    FLEMU_CHECK_TUNABLE_ARGS(args, TFL_Tunables_Value_Args);
+    TFL_CHECK_ARGS(args, TFL_Tunables_Value_Args);
     runtime().device(args->device);
     const TFL_Tunable& t = tunable(args->name);
     GemmBlocking b = gemm_blocking(args->device);
@@ -100,7 +92,7 @@ TFL_Error* Tunables_Get(TFL_Tunables_Value_Args* args) {
 
 TFL_Error* Tunables_Set(TFL_Tunables_Value_Args* args) {
   return guarded("Tunables_Set", [&] {
-    FLEMU_CHECK_TUNABLE_ARGS(args, TFL_Tunables_Value_Args);
+    TFL_CHECK_ARGS(args, TFL_Tunables_Value_Args);
     runtime().device(args->device);
     const TFL_Tunable& t = tunable(args->name);
     check_value(t, args->value);
@@ -112,7 +104,7 @@ TFL_Error* Tunables_Set(TFL_Tunables_Value_Args* args) {
 TFL_Error* Tunables_Probe(TFL_Tunables_Probe_Args* args) {
   TFL_Error* async_error = nullptr;
   TFL_Error* err = guarded("Tunables_Probe", [&] {
-    FLEMU_CHECK_TUNABLE_ARGS(args, TFL_Tunables_Probe_Args);
+    TFL_CHECK_ARGS(args, TFL_Tunables_Probe_Args);
     Runtime& rt = runtime();
     rt.device(args->device);
     const TFL_Tunable& t = tunable(args->name);

@@ -28,7 +28,7 @@ GemmBlocking gemm_blocking(int32_t device);
 void gemm_probe_f32(int64_t n, int64_t m, int64_t k, const float* a, const float* b, float* c,
                     const GemmBlocking& blocking);
 
-// The ABI table (plugin.cpp puts it into TFL_Api).
+// The ABI table (abi.cpp puts it into TFL_Api).
 extern const TFL_TunablesApi kTunablesApi;
 
 }  // namespace flemu

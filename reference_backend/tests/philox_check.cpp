@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "../src/kernels/philox.h"
+#include "../src/kernels/support/philox.h"
 
 namespace {
 

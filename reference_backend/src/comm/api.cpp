@@ -11,7 +11,7 @@
 #include "communicator.h"
 #include "reduce.h"
 #include "../errors.h"
-#include "../kernels/dtype.h"
+#include "../kernels/support/dtype.h"
 #include "../runtime.h"
 
 namespace flemu::comm {
@@ -25,13 +25,6 @@ struct Handle {
   uint64_t magic = kHandleMagic;
   std::shared_ptr<Communicator> comm;
 };
-
-void check_args(const void* args, size_t struct_size, size_t expected, const char* type) {
-  if (args == nullptr) invalid_argument(type, " is NULL");
-  if (struct_size < expected)
-    invalid_argument(type, ".struct_size is ", struct_size, ", expected at least ", expected);
-}
-#define FLEMU_CHECK_ARGS(args, Type) check_args(args, (args) ? (args)->struct_size : 0, Type##_STRUCT_SIZE, #Type)
 
 Handle& handle_of(TFL_Communicator* comm) {
   auto* h = reinterpret_cast<Handle*>(comm);
@@ -84,7 +77,7 @@ void check_dtype_enabled(int32_t dtype) {
   const Config& cfg = runtime().config();
   if ((dtype == TFL_DTYPE_FLOAT64 && !cfg.fp64) || (dtype == TFL_DTYPE_FLOAT16 && !cfg.fp16) ||
       (dtype == TFL_DTYPE_BFLOAT16 && !cfg.bf16))
-    throw_error(TFL_ERR_UNIMPLEMENTED, cat(dtype_name(dtype), " is disabled on this flemu (FLEMU_FP64/FP16/BF16)"));
+    flemu::fail(TFL_ERR_UNIMPLEMENTED, cat(dtype_name(dtype), " is disabled on this flemu (FLEMU_FP64/FP16/BF16)"));
 }
 
 // Counts the task as pending work of the communicator until it has run (or
@@ -112,7 +105,7 @@ void enqueue(Stream& stream, const std::shared_ptr<Communicator>& comm, const ch
 
 TFL_Error* Comm_GetUniqueId(TFL_Comm_GetUniqueId_Args* args) {
   return guarded("Comm_GetUniqueId", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Comm_GetUniqueId_Args);
+    TFL_CHECK_ARGS(args, TFL_Comm_GetUniqueId_Args);
     runtime();
     create_unique_id(&args->id);
   });
@@ -120,7 +113,7 @@ TFL_Error* Comm_GetUniqueId(TFL_Comm_GetUniqueId_Args* args) {
 
 TFL_Error* Comm_Init(TFL_Comm_Init_Args* args) {
   return guarded("Comm_Init", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Comm_Init_Args);
+    TFL_CHECK_ARGS(args, TFL_Comm_Init_Args);
     args->comm = nullptr;
     runtime().device(args->device);
     if (args->world_size < 1) invalid_argument("world_size is ", args->world_size, ", expected at least 1");
@@ -136,7 +129,7 @@ TFL_Error* Comm_Init(TFL_Comm_Init_Args* args) {
 
 TFL_Error* Comm_Destroy(TFL_Comm_Destroy_Args* args) {
   return guarded("Comm_Destroy", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Comm_Destroy_Args);
+    TFL_CHECK_ARGS(args, TFL_Comm_Destroy_Args);
     Handle& h = handle_of(args->comm);
     std::shared_ptr<Communicator> comm = std::move(h.comm);
     h.magic = 0;
@@ -147,7 +140,7 @@ TFL_Error* Comm_Destroy(TFL_Comm_Destroy_Args* args) {
 
 TFL_Error* Comm_Abort(TFL_Comm_Destroy_Args* args) {
   return guarded("Comm_Abort", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Comm_Destroy_Args);
+    TFL_CHECK_ARGS(args, TFL_Comm_Destroy_Args);
     Handle& h = handle_of(args->comm);
     std::shared_ptr<Communicator> comm = std::move(h.comm);
     h.magic = 0;
@@ -158,7 +151,7 @@ TFL_Error* Comm_Abort(TFL_Comm_Destroy_Args* args) {
 
 TFL_Error* Comm_GetAsyncError(TFL_Comm_GetAsyncError_Args* args) {
   return guarded("Comm_GetAsyncError", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Comm_GetAsyncError_Args);
+    TFL_CHECK_ARGS(args, TFL_Comm_GetAsyncError_Args);
     args->error = nullptr;
     auto [code, message] = handle_of(args->comm).comm->error();
     if (code != TFL_OK) args->error = make_error(code, "", message);
@@ -167,7 +160,7 @@ TFL_Error* Comm_GetAsyncError(TFL_Comm_GetAsyncError_Args* args) {
 
 TFL_Error* Comm_AllReduce(TFL_Comm_Collective_Args* args) {
   return guarded("Comm_AllReduce", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Comm_Collective_Args);
+    TFL_CHECK_ARGS(args, TFL_Comm_Collective_Args);
     auto comm = comm_of(args->comm);
     check_reduction(args->dtype, args->op);
     check_dtype_enabled(args->dtype);
@@ -184,7 +177,7 @@ TFL_Error* Comm_AllReduce(TFL_Comm_Collective_Args* args) {
 
 TFL_Error* Comm_AllGather(TFL_Comm_Collective_Args* args) {
   return guarded("Comm_AllGather", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Comm_Collective_Args);
+    TFL_CHECK_ARGS(args, TFL_Comm_Collective_Args);
     auto comm = comm_of(args->comm);
     Stream& stream = stream_for(*comm, args->stream);
     const size_t chunk = byte_count(args->count, args->dtype);
@@ -198,7 +191,7 @@ TFL_Error* Comm_AllGather(TFL_Comm_Collective_Args* args) {
 
 TFL_Error* Comm_ReduceScatter(TFL_Comm_Collective_Args* args) {
   return guarded("Comm_ReduceScatter", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Comm_Collective_Args);
+    TFL_CHECK_ARGS(args, TFL_Comm_Collective_Args);
     auto comm = comm_of(args->comm);
     check_reduction(args->dtype, args->op);
     check_dtype_enabled(args->dtype);
@@ -215,7 +208,7 @@ TFL_Error* Comm_ReduceScatter(TFL_Comm_Collective_Args* args) {
 
 TFL_Error* Comm_Broadcast(TFL_Comm_Collective_Args* args) {
   return guarded("Comm_Broadcast", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Comm_Collective_Args);
+    TFL_CHECK_ARGS(args, TFL_Comm_Collective_Args);
     auto comm = comm_of(args->comm);
     if (args->root < 0 || args->root >= comm->size())
       invalid_argument("root ", args->root, " is outside [0, ", comm->size(), ")");
@@ -233,7 +226,7 @@ TFL_Error* Comm_Broadcast(TFL_Comm_Collective_Args* args) {
 
 TFL_Error* Comm_AllToAll(TFL_Comm_AllToAll_Args* args) {
   return guarded("Comm_AllToAll", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Comm_AllToAll_Args);
+    TFL_CHECK_ARGS(args, TFL_Comm_AllToAll_Args);
     auto comm = comm_of(args->comm);
     Stream& stream = stream_for(*comm, args->stream);
     const size_t n = static_cast<size_t>(comm->size());
@@ -269,7 +262,7 @@ void check_peer(const Communicator& comm, int32_t peer) {
 
 TFL_Error* Comm_Send(TFL_Comm_SendRecv_Args* args) {
   return guarded("Comm_Send", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Comm_SendRecv_Args);
+    TFL_CHECK_ARGS(args, TFL_Comm_SendRecv_Args);
     auto comm = comm_of(args->comm);
     check_peer(*comm, args->peer);
     Stream& stream = stream_for(*comm, args->stream);
@@ -283,7 +276,7 @@ TFL_Error* Comm_Send(TFL_Comm_SendRecv_Args* args) {
 
 TFL_Error* Comm_Recv(TFL_Comm_SendRecv_Args* args) {
   return guarded("Comm_Recv", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Comm_SendRecv_Args);
+    TFL_CHECK_ARGS(args, TFL_Comm_SendRecv_Args);
     auto comm = comm_of(args->comm);
     check_peer(*comm, args->peer);
     Stream& stream = stream_for(*comm, args->stream);
@@ -297,7 +290,7 @@ TFL_Error* Comm_Recv(TFL_Comm_SendRecv_Args* args) {
 
 TFL_Error* Comm_Barrier(TFL_Comm_Barrier_Args* args) {
   return guarded("Comm_Barrier", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Comm_Barrier_Args);
+    TFL_CHECK_ARGS(args, TFL_Comm_Barrier_Args);
     auto comm = comm_of(args->comm);
     Stream& stream = stream_for(*comm, args->stream);
     enqueue(stream, comm, "Comm_Barrier", [comm] { comm->barrier(); });

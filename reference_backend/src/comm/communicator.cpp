@@ -107,7 +107,7 @@ size_t env_bytes(const char* name, size_t fallback) {
 
 Fd make_eventfd() {
   Fd fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!fd.valid()) throw_error(TFL_ERR_UNAVAILABLE, cat("eventfd failed: ", std::strerror(errno)));
+  if (!fd.valid()) flemu::fail(TFL_ERR_UNAVAILABLE, cat("eventfd failed: ", std::strerror(errno)));
   return fd;
 }
 
@@ -249,7 +249,7 @@ void Communicator::bootstrap(const TFL_CommUniqueId& id) {
         std::string missing;
         for (int r = 1; r < size_; ++r)
           if (!control_[r].valid()) missing += cat(missing.empty() ? "" : ", ", r);
-        throw_error(TFL_ERR_TIMEOUT,
+        flemu::fail(TFL_ERR_TIMEOUT,
                     cat("Comm_Init timed out after ", timeout_ms_, " ms: ", joined, " of ", size_,
                         " ranks joined; missing rank(s) ", missing,
                         " (did every rank call Comm_Init with this unique id?)"));
@@ -287,7 +287,7 @@ void Communicator::bootstrap(const TFL_CommUniqueId& id) {
     for (int r = 1; r < size_; ++r) {
       uint32_t ready = 0;
       read_all(control_[r].get(), &ready, sizeof(ready), deadline, -1, rank_name(r));
-      if (ready != kReadyMagic) throw_error(TFL_ERR_INTERNAL, cat("rank ", r, " sent a bad ready message"));
+      if (ready != kReadyMagic) flemu::fail(TFL_ERR_INTERNAL, cat("rank ", r, " sent a bad ready message"));
     }
     for (int r = 1; r < size_; ++r) write_all(control_[r].get(), &kGoMagic, sizeof(kGoMagic), deadline, -1, rank_name(r));
     return;
@@ -315,17 +315,17 @@ void Communicator::bootstrap(const TFL_CommUniqueId& id) {
     read_all(control_[0].get(), peers_.data(), sizeof(PeerInfo) * size_, deadline, -1, "rank 0");
   } catch (const Error& e) {
     if (e.code() == TFL_ERR_TIMEOUT)
-      throw_error(TFL_ERR_TIMEOUT, cat("Comm_Init timed out after ", timeout_ms_,
+      flemu::fail(TFL_ERR_TIMEOUT, cat("Comm_Init timed out after ", timeout_ms_,
                                        " ms waiting for the other ranks to join (rank 0 is reachable at ",
                                        layout.root.str(), ")"));
-    throw_error(e.code(), cat("rank 0 ended Comm_Init: ", e.what(),
+    flemu::fail(e.code(), cat("rank 0 ended Comm_Init: ", e.what(),
                               " (it may have failed: a wrong world size, a duplicate rank, or a timeout)"));
   }
   build_mesh(data_listener, deadline);
   write_all(control_[0].get(), &kReadyMagic, sizeof(kReadyMagic), deadline, -1, "rank 0");
   uint32_t go = 0;
   read_all(control_[0].get(), &go, sizeof(go), deadline, -1, "rank 0");
-  if (go != kGoMagic) throw_error(TFL_ERR_INTERNAL, "rank 0 sent a bad start message");
+  if (go != kGoMagic) flemu::fail(TFL_ERR_INTERNAL, "rank 0 sent a bad start message");
 }
 
 void Communicator::build_mesh(const Fd& listener, int64_t deadline_ms) {
@@ -350,7 +350,7 @@ void Communicator::build_mesh(const Fd& listener, int64_t deadline_ms) {
       std::string missing;
       for (int q = rank_ + 1; q < size_; ++q)
         if (!coll_[q].valid() || !p2p_[q].valid()) missing += cat(missing.empty() ? "" : ", ", q);
-      throw_error(TFL_ERR_TIMEOUT, cat("Comm_Init timed out after ", timeout_ms_, " ms connecting rank ", rank_,
+      flemu::fail(TFL_ERR_TIMEOUT, cat("Comm_Init timed out after ", timeout_ms_, " ms connecting rank ", rank_,
                                        " to rank(s) ", missing));
     }
     Connect c{};
@@ -473,8 +473,8 @@ void Communicator::rethrow_broken(const OpContext* ctx) const {
     code = TFL_ERR_ABORTED;
     message = "the communicator was aborted";
   }
-  if (ctx != nullptr) throw_error(code, cat(ctx->name, " (rank ", rank_, " of ", size_, ") failed: ", message));
-  throw_error(code, cat("the communicator (rank ", rank_, " of ", size_, ") is unusable after an earlier failure: ",
+  if (ctx != nullptr) flemu::fail(code, cat(ctx->name, " (rank ", rank_, " of ", size_, ") failed: ", message));
+  flemu::fail(code, cat("the communicator (rank ", rank_, " of ", size_, ") is unusable after an earlier failure: ",
                         message));
 }
 
@@ -486,7 +486,7 @@ void Communicator::check_usable() const {
 void Communicator::fail(const OpContext& ctx, int32_t code, const std::string& what) {
   const std::string origin = cat("rank ", rank_, ": ", ctx.name, ": ", what);
   if (set_error(code, origin)) notify_peers(code, origin, -1);
-  throw_error(code, cat(ctx.name, " (rank ", rank_, " of ", size_, ") failed: ", what));
+  flemu::fail(code, cat(ctx.name, " (rank ", rank_, " of ", size_, ") failed: ", what));
 }
 
 void Communicator::peer_lost(const OpContext& ctx, int peer, const std::string& detail) {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <type_traits>
 
-#include "../kernels/dtype.h"
+#include "../kernels/support/dtype.h"
 #include "torch_fl/collectives.h"
 
 namespace flemu::comm {
@@ -96,7 +96,7 @@ void check_reduction(int32_t dtype, int32_t op) {
   if (op < TFL_REDUCE_SUM || op > TFL_REDUCE_AVG)
     invalid_argument("op ", op, " is not a TFL_ReduceOp (sum, product, min, max or avg)");
   if (dtype_size(dtype) == 0)
-    throw_error(TFL_ERR_UNIMPLEMENTED, cat("flemu cannot reduce ", dtype_name(dtype),
+    flemu::fail(TFL_ERR_UNIMPLEMENTED, cat("flemu cannot reduce ", dtype_name(dtype),
                                            " tensors (reductions take bool, uint8, int8-int64, float16, bfloat16, "
                                            "float32, float64); all_gather, broadcast, all_to_all and send/recv "
                                            "take any dtype"));

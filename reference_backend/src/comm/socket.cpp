@@ -105,7 +105,7 @@ bool wait_ready(int fd, short events, int64_t deadline_ms, int wake_fd) {
     const int n = ::poll(fds, wake_fd >= 0 ? 2 : 1, static_cast<int>(std::min<int64_t>(left, 1000)));
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw_error(TFL_ERR_INTERNAL, cat("poll failed: ", std::strerror(errno)));
+      flemu::fail(TFL_ERR_INTERNAL, cat("poll failed: ", std::strerror(errno)));
     }
     if (wake_fd >= 0 && (fds[1].revents & POLLIN)) throw Interrupted();
     if (fds[0].revents != 0) return true;
@@ -122,7 +122,7 @@ Endpoint advertised_host() {
     addrinfo* res = nullptr;
     const int rc = getaddrinfo(host, nullptr, &hints, &res);
     if (rc != 0 || res == nullptr)
-      throw_error(TFL_ERR_INVALID_ARGUMENT,
+      flemu::fail(TFL_ERR_INVALID_ARGUMENT,
                   cat("FLEMU_COMM_HOST='", host, "' does not resolve: ", gai_strerror(rc),
                       " (set it to an address of this host that the other ranks can reach)"));
     Endpoint ep = Endpoint::from_sockaddr(res->ai_addr);
@@ -157,7 +157,7 @@ Endpoint advertised_host() {
     freeifaddrs(ifs);
   }
   if (want_if && !found)
-    throw_error(TFL_ERR_INVALID_ARGUMENT,
+    flemu::fail(TFL_ERR_INVALID_ARGUMENT,
                 cat("FLEMU_COMM_IFNAME='", ifname, "' names no interface that is up with an IP address"));
   chosen.port = 0;
   return chosen;
@@ -174,7 +174,7 @@ void configure_stream_socket(int fd) {
 
 Fd listen_any(uint16_t family, Endpoint* bound) {
   Fd fd(::socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd.valid()) throw_error(TFL_ERR_UNAVAILABLE, cat("cannot create a TCP socket: ", std::strerror(errno)));
+  if (!fd.valid()) flemu::fail(TFL_ERR_UNAVAILABLE, cat("cannot create a TCP socket: ", std::strerror(errno)));
   int one = 1;
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_storage ss{};
@@ -191,9 +191,9 @@ Fd listen_any(uint16_t family, Endpoint* bound) {
     len = sizeof(sockaddr_in);
   }
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0)
-    throw_error(TFL_ERR_UNAVAILABLE, cat("cannot bind a TCP socket: ", std::strerror(errno)));
+    flemu::fail(TFL_ERR_UNAVAILABLE, cat("cannot bind a TCP socket: ", std::strerror(errno)));
   if (::listen(fd.get(), 1024) != 0)
-    throw_error(TFL_ERR_UNAVAILABLE, cat("cannot listen on a TCP socket: ", std::strerror(errno)));
+    flemu::fail(TFL_ERR_UNAVAILABLE, cat("cannot listen on a TCP socket: ", std::strerror(errno)));
   len = sizeof(ss);
   getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);
   *bound = Endpoint::from_sockaddr(reinterpret_cast<sockaddr*>(&ss));
@@ -205,7 +205,7 @@ Fd connect_to(const Endpoint& ep, int64_t deadline_ms, int wake_fd, const std::s
   int64_t backoff_ms = 1;
   while (now_ms() < deadline_ms) {
     Fd fd(::socket(ep.family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!fd.valid()) throw_error(TFL_ERR_UNAVAILABLE, cat("cannot create a TCP socket: ", std::strerror(errno)));
+    if (!fd.valid()) flemu::fail(TFL_ERR_UNAVAILABLE, cat("cannot create a TCP socket: ", std::strerror(errno)));
     socklen_t len;
     sockaddr_storage ss = ep.to_sockaddr(&len);
     int rc = ::connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len);
@@ -224,12 +224,12 @@ Fd connect_to(const Endpoint& ep, int64_t deadline_ms, int wake_fd, const std::s
     last_error = errno;
     if (last_error != ECONNREFUSED && last_error != ETIMEDOUT && last_error != EAGAIN &&
         last_error != ECONNRESET && last_error != EHOSTUNREACH && last_error != ENETUNREACH)
-      throw_error(TFL_ERR_UNAVAILABLE, cat("cannot connect to ", who, " at ", ep.str(), ": ", std::strerror(last_error)));
+      flemu::fail(TFL_ERR_UNAVAILABLE, cat("cannot connect to ", who, " at ", ep.str(), ": ", std::strerror(last_error)));
     // The peer may not be listening yet: retry with a short backoff.
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min<int64_t>(backoff_ms, deadline_ms - now_ms())));
     backoff_ms = std::min<int64_t>(backoff_ms * 2, 100);
   }
-  throw_error(TFL_ERR_TIMEOUT, cat("timed out connecting to ", who, " at ", ep.str(),
+  flemu::fail(TFL_ERR_TIMEOUT, cat("timed out connecting to ", who, " at ", ep.str(),
                                    last_error != 0 ? cat(" (last error: ", std::strerror(last_error), ")") : ""));
 }
 
@@ -242,7 +242,7 @@ Fd accept_until(int listen_fd, int64_t deadline_ms, int wake_fd) {
       return fd;
     }
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
-      throw_error(TFL_ERR_UNAVAILABLE, cat("accept failed: ", std::strerror(errno)));
+      flemu::fail(TFL_ERR_UNAVAILABLE, cat("accept failed: ", std::strerror(errno)));
   }
 }
 
@@ -258,10 +258,10 @@ void write_all(int fd, const void* data, size_t len, int64_t deadline_ms, int wa
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       if (!wait_ready(fd, POLLOUT, deadline_ms, wake_fd))
-        throw_error(TFL_ERR_TIMEOUT, cat("timed out sending to ", who));
+        flemu::fail(TFL_ERR_TIMEOUT, cat("timed out sending to ", who));
       continue;
     }
-    throw_error(TFL_ERR_UNAVAILABLE, cat(who, " disconnected (send: ", std::strerror(errno), ")"));
+    flemu::fail(TFL_ERR_UNAVAILABLE, cat(who, " disconnected (send: ", std::strerror(errno), ")"));
   }
 }
 
@@ -274,14 +274,14 @@ void read_all(int fd, void* data, size_t len, int64_t deadline_ms, int wake_fd, 
       len -= static_cast<size_t>(n);
       continue;
     }
-    if (n == 0) throw_error(TFL_ERR_UNAVAILABLE, cat(who, " disconnected (connection closed)"));
+    if (n == 0) flemu::fail(TFL_ERR_UNAVAILABLE, cat(who, " disconnected (connection closed)"));
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       if (!wait_ready(fd, POLLIN, deadline_ms, wake_fd))
-        throw_error(TFL_ERR_TIMEOUT, cat("timed out waiting for ", who));
+        flemu::fail(TFL_ERR_TIMEOUT, cat("timed out waiting for ", who));
       continue;
     }
-    throw_error(TFL_ERR_UNAVAILABLE, cat(who, " disconnected (recv: ", std::strerror(errno), ")"));
+    flemu::fail(TFL_ERR_UNAVAILABLE, cat(who, " disconnected (recv: ", std::strerror(errno), ")"));
   }
 }
 

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "../kernels/dtype.h"
+#include "../kernels/support/dtype.h"
 #include "../thread_pool.h"
 #include "fused_program.h"
 

@@ -13,8 +13,8 @@
 #include <unordered_map>
 
 #include "../errors.h"
-#include "../kernels/dtype.h"
-#include "../kernels/launch.h"
+#include "../kernels/support/dtype.h"
+#include "../kernels/support/launch.h"
 
 namespace flemu::graph {
 namespace {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "../errors.h"
-#include "../kernels/dtype.h"
-#include "../kernels/launch.h"
+#include "../kernels/support/dtype.h"
+#include "../kernels/support/launch.h"
 #include "../runtime.h"
 #include "fused_program.h"
 
@@ -117,10 +117,7 @@ TFL_Error* Graph_Compile(TFL_Graph_Compile_Args* args) {
 
 TFL_Error* Graph_Execute(TFL_Graph_Execute_Args* args) {
   return guarded("Graph_Execute", [&] {
-    if (args == nullptr) invalid_argument("TFL_Graph_Execute_Args is NULL");
-    if (args->struct_size < TFL_Graph_Execute_Args_STRUCT_SIZE)
-      invalid_argument("TFL_Graph_Execute_Args.struct_size is ", args->struct_size, ", expected at least ",
-                       TFL_Graph_Execute_Args_STRUCT_SIZE);
+    TFL_CHECK_ARGS(args, TFL_Graph_Execute_Args);
     Executable& exe = executable_from_handle(args->executable);
     std::shared_ptr<const graph::Program> program = exe.program;
     const graph::Program& p = *program;
@@ -147,10 +144,7 @@ TFL_Error* Graph_Execute(TFL_Graph_Execute_Args* args) {
 
 TFL_Error* Graph_Destroy(TFL_Graph_Destroy_Args* args) {
   return guarded("Graph_Destroy", [&] {
-    if (args == nullptr) invalid_argument("TFL_Graph_Destroy_Args is NULL");
-    if (args->struct_size < TFL_Graph_Destroy_Args_STRUCT_SIZE)
-      invalid_argument("TFL_Graph_Destroy_Args.struct_size is ", args->struct_size, ", expected at least ",
-                       TFL_Graph_Destroy_Args_STRUCT_SIZE);
+    TFL_CHECK_ARGS(args, TFL_Graph_Destroy_Args);
     Executable& exe = executable_from_handle(args->executable);
     exe.magic = 0;
     // Enqueued executions hold their own reference to the program.

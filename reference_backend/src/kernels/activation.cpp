@@ -4,8 +4,8 @@
 // (it runs as sigmoid and arithmetic). fp16/bf16 compute in float32.
 #include <cmath>
 
-#include "elementwise_launch.h"
-#include "registry.h"
+#include "support/elementwise_launch.h"
+#include "support/registry.h"
 
 namespace flemu {
 namespace {

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "../thread_pool.h"
-#include "elementwise_launch.h"
-#include "gemm.h"
-#include "registry.h"
+#include "support/elementwise_launch.h"
+#include "support/gemm.h"
+#include "support/registry.h"
 
 namespace flemu {
 namespace {

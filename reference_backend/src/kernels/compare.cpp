@@ -4,8 +4,8 @@
 #include <cmath>
 #include <limits>
 
-#include "elementwise_launch.h"
-#include "registry.h"
+#include "support/elementwise_launch.h"
+#include "support/registry.h"
 
 namespace flemu {
 namespace {

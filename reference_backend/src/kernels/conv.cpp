@@ -16,9 +16,9 @@
 #include <cstring>
 #include <vector>
 
-#include "gemm.h"
-#include "nn_common.h"
-#include "registry.h"
+#include "support/gemm.h"
+#include "support/nn_common.h"
+#include "support/registry.h"
 
 namespace flemu {
 namespace {
@@ -363,7 +363,7 @@ void require_floating_same(const TensorArg& t, int32_t dtype, const char* what) 
 ConvGeom make_geom(const Launch& L, const TensorArg& input, const TensorArg& weight, const TensorArg& other,
                    size_t stride_i, size_t pad_i, size_t dil_i, bool transposed, size_t outpad_i, size_t groups_i) {
   if (input.ndim < 3 || input.ndim > 5)
-    throw_error(TFL_ERR_UNIMPLEMENTED,
+    fail(TFL_ERR_UNIMPLEMENTED,
                 cat("convolution input has ", input.ndim, " dims; flemu takes 1-d to 3-d convolutions (3 to 5 dims)"));
   if (weight.ndim != input.ndim)
     invalid_argument("weight has ", weight.ndim, " dims but the input has ", input.ndim,

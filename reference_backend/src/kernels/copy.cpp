@@ -3,10 +3,10 @@
 // copies that are strided or change dtype.
 #include <cstring>
 
-#include "elementwise_ops.h"
-#include "launch.h"
-#include "loop.h"
-#include "registry.h"
+#include "support/elementwise_ops.h"
+#include "support/launch.h"
+#include "support/loop.h"
+#include "support/registry.h"
 
 namespace flemu {
 namespace {

@@ -4,8 +4,8 @@
 #include <cstring>
 #include <vector>
 
-#include "nn_common.h"
-#include "registry.h"
+#include "support/nn_common.h"
+#include "support/registry.h"
 
 namespace flemu {
 namespace {

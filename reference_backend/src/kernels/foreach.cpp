@@ -7,8 +7,8 @@
 #include <cmath>
 #include <vector>
 
-#include "nn_common.h"
-#include "registry.h"
+#include "support/nn_common.h"
+#include "support/registry.h"
 
 namespace flemu {
 namespace {
@@ -166,7 +166,7 @@ void launch_foreach(const Launch& L, Op op, int extra_lists, size_t scalar_i, bo
     if (!dtype_is_floating(self.dtype)) invalid_argument("_foreach_ kernels take floating tensors, got ", dtype_name(self.dtype));
     if (i == 0) j.dtype = self.dtype;
     if (self.dtype != j.dtype)
-      throw_error(TFL_ERR_UNIMPLEMENTED, "the tensors of one list have different dtypes; flemu's _foreach_ kernels take one");
+      fail(TFL_ERR_UNIMPLEMENTED, "the tensors of one list have different dtypes; flemu's _foreach_ kernels take one");
     const TensorArg out = in_place ? self : L.output(i, "out");
     if (out.dtype != j.dtype || out.numel != self.numel) invalid_argument("output ", i, " must be shaped like self[", i, "]");
     it.ops[0] = strided(out, "out");
@@ -174,7 +174,7 @@ void launch_foreach(const Launch& L, Op op, int extra_lists, size_t scalar_i, bo
     for (int k = 1; k <= extra_lists; ++k) {
       const TensorArg t = L.tensor(lists[static_cast<size_t>(k)][i], kNames[k]);
       if (t.dtype != j.dtype)
-        throw_error(TFL_ERR_UNIMPLEMENTED, cat(kNames[k], "[", i, "] has dtype ", dtype_name(t.dtype), ", self has ",
+        fail(TFL_ERR_UNIMPLEMENTED, cat(kNames[k], "[", i, "] has dtype ", dtype_name(t.dtype), ", self has ",
                                                dtype_name(j.dtype)));
       bool same = t.ndim == self.ndim;
       for (int32_t d = 0; same && d < t.ndim; ++d) same = t.sizes[d] == self.sizes[d];

@@ -9,9 +9,9 @@
 
 #include "../thread_pool.h"
 #include "../tunables.h"
-#include "gemm.h"
-#include "launch.h"
-#include "registry.h"
+#include "support/gemm.h"
+#include "support/launch.h"
+#include "support/registry.h"
 
 namespace flemu {
 namespace {

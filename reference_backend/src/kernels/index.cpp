@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "../thread_pool.h"
-#include "elementwise_launch.h"
-#include "elementwise_ops.h"
-#include "registry.h"
+#include "support/elementwise_launch.h"
+#include "support/elementwise_ops.h"
+#include "support/registry.h"
 
 namespace flemu {
 namespace {

@@ -8,7 +8,7 @@
 // FLEMU_PROFILE=minimal: kFullOnly (absent) or the conservative flags and
 // dtypes a new vendor's first plugin registers it with. The kernel ids, the
 // names, the descriptors, the dtype and fault lookups and the profile filter
-// all derive from this table (registry.cpp); adding a kernel is its body
+// all derive from this table (support/registry.cpp); adding a kernel is its body
 // plus one line here. Custom operators (Kernels_ListCustomOps) are in
 // FLEMU_CUSTOM_OPS below; the two symbol-convention kernels (torch_fl_op_abs,
 // torch_fl_op_maximum) are found by the host through their exported names.
@@ -70,10 +70,10 @@ constexpr MinimalProfile kVendorCopy{true, 0, kAll};
 
 // clang-format off
 #define FLEMU_KERNELS(X) \
-  /* elementwise.cpp: fill_, zero_ */ \
+  /* fill.cpp */ \
   X(kFillScalar, "aten::fill_.Scalar", kernel_fill_scalar, kAll, kInPlaceByName, kVendorInPlace) \
   X(kZero, "aten::zero_", kernel_zero, kAll, kInPlaceByName, kVendorInPlace) \
-  /* elementwise.cpp: arithmetic */ \
+  /* arithmetic.cpp */ \
   X(kAddTensor, "aten::add.Tensor", kernel_add_tensor, kAll, kArithmetic, kVendorElementwise) \
   X(kSubTensor, "aten::sub.Tensor", kernel_sub_tensor, kInts | kFloats, kArithmetic, kVendorElementwise) \
   X(kMulTensor, "aten::mul.Tensor", kernel_mul_tensor, kAll, kArithmetic, kVendorElementwise) \
@@ -84,7 +84,7 @@ constexpr MinimalProfile kVendorCopy{true, 0, kAll};
   X(kDivScalar, "aten::div.Scalar", kernel_div_scalar, kAll, 0, kFullOnly) \
   X(kNeg, "aten::neg", kernel_neg, kInts | kFloats, 0, kVendorElementwise) \
   X(kRelu, "aten::relu", kernel_relu, kInts | kFloats, 0, kVendorElementwise) \
-  /* reduce.cpp */ \
+  /* sum_mean.cpp */ \
   X(kSum, "aten::sum", kernel_sum, kAll, 0, kFullOnly) \
   X(kSumDim, "aten::sum.dim_IntList", kernel_sum_dim, kAll, 0, kVendorDense) \
   X(kMean, "aten::mean", kernel_mean, kAll, 0, kFullOnly) \
@@ -94,7 +94,7 @@ constexpr MinimalProfile kVendorCopy{true, 0, kAll};
   X(kAddmm, "aten::addmm", kernel_addmm, kFloats, 0, kFullOnly) \
   /* copy.cpp */ \
   X(kCopy, "aten::copy_", kernel_copy, kAll, 0, kVendorCopy) \
-  /* elementwise_math.cpp */ \
+  /* math.cpp */ \
   X(kExp, "aten::exp", kernel_exp, kFloats, 0, kVendorElementwise) \
   X(kLog, "aten::log", kernel_log, kFloats, 0, kFullOnly) \
   X(kLog1p, "aten::log1p", kernel_log1p, kFloats, 0, kFullOnly) \
@@ -193,7 +193,7 @@ constexpr MinimalProfile kVendorCopy{true, 0, kAll};
   X(kArangeStartOut, "aten::arange.start_out", kernel_arange_start_out, kInts | kFloats, 0, kFullOnly) \
   X(kTril, "aten::tril", kernel_tril, kAll, 0, kFullOnly) \
   X(kTriu, "aten::triu", kernel_triu, kAll, 0, kFullOnly) \
-  /* reduce_extra.cpp */ \
+  /* min_max_var.cpp */ \
   X(kMaxAll, "aten::max", kernel_max_all, kAll, 0, kFullOnly) \
   X(kMinAll, "aten::min", kernel_min_all, kAll, 0, kFullOnly) \
   X(kMaxDim, "aten::max.dim", kernel_max_dim, kAll, 0, kFullOnly) \

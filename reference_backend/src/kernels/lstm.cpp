@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "../thread_pool.h"
-#include "elementwise_launch.h"
-#include "registry.h"
+#include "support/elementwise_launch.h"
+#include "support/registry.h"
 
 namespace flemu {
 namespace {

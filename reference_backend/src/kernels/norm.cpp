@@ -10,8 +10,8 @@
 #include <cmath>
 #include <vector>
 
-#include "nn_common.h"
-#include "registry.h"
+#include "support/nn_common.h"
+#include "support/registry.h"
 
 namespace flemu {
 namespace {
@@ -149,7 +149,7 @@ struct ChannelView {
 ChannelView channel_view(const TensorArg& t, const char* what) {
   if (t.ndim < 2) invalid_argument(what, " must have at least 2 dims (N, C, ...), got ", t.ndim);
   if (t.ndim - 2 > kMaxLoopDims)
-    throw_error(TFL_ERR_UNIMPLEMENTED, cat(what, " has ", t.ndim, " dims; batch norm takes at most ", kMaxLoopDims + 2));
+    fail(TFL_ERR_UNIMPLEMENTED, cat(what, " has ", t.ndim, " dims; batch norm takes at most ", kMaxLoopDims + 2));
   ChannelView v;
   v.data = t.data;
   v.dtype = t.dtype;

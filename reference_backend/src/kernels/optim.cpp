@@ -9,8 +9,8 @@
 #include <cmath>
 #include <vector>
 
-#include "nn_common.h"
-#include "registry.h"
+#include "support/nn_common.h"
+#include "support/registry.h"
 
 namespace flemu {
 namespace {
@@ -85,14 +85,14 @@ std::vector<Slot> collect(const Launch& L, const std::vector<std::vector<const T
     if (i == 0) *dtype = p.dtype;
     if (p.dtype != *dtype) invalid_argument("every tensor in ", names[0], " must share one dtype");
     if (!dense_any_order(p))
-      throw_error(TFL_ERR_UNIMPLEMENTED, cat(names[0], "[", i, "] is not dense; the fused step streams dense tensors"));
+      fail(TFL_ERR_UNIMPLEMENTED, cat(names[0], "[", i, "] is not dense; the fused step streams dense tensors"));
     slots[i].ptr[0] = p.data;
     slots[i].numel = p.numel;
     for (size_t k = 1; k < lists.size(); ++k) {
       if (lists[k].empty()) continue;
       const TensorArg t = L.tensor(lists[k][i], names[k]);
       if (!same_layout(t, p))
-        throw_error(TFL_ERR_UNIMPLEMENTED,
+        fail(TFL_ERR_UNIMPLEMENTED,
                     cat(names[k], "[", i, "] does not have the dtype, shape and strides of ", names[0], "[", i, "]"));
       slots[i].ptr[k] = t.data;
     }

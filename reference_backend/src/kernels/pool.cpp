@@ -6,8 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "nn_common.h"
-#include "registry.h"
+#include "support/nn_common.h"
+#include "support/registry.h"
 
 namespace flemu {
 namespace {

@@ -12,9 +12,9 @@
 #include <limits>
 #include <vector>
 
-#include "nn_common.h"
-#include "registry.h"
-#include "philox.h"
+#include "support/nn_common.h"
+#include "support/registry.h"
+#include "support/philox.h"
 
 namespace flemu {
 namespace {

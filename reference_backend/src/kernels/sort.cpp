@@ -13,9 +13,9 @@
 #include <numeric>
 #include <vector>
 
-#include "elementwise_launch.h"
-#include "nn_common.h"
-#include "registry.h"
+#include "support/elementwise_launch.h"
+#include "support/nn_common.h"
+#include "support/registry.h"
 
 namespace flemu {
 namespace {

@@ -16,14 +16,14 @@ KernelSettings& kernel_settings() {
 void check_dtype_enabled(int32_t dtype, const char* what) {
   const int64_t size = dtype_size(dtype);
   if (size == 0) {
-    throw_error(TFL_ERR_UNIMPLEMENTED,
+    fail(TFL_ERR_UNIMPLEMENTED,
                 cat(what, " has dtype ", dtype_name(dtype), ", which flemu kernels do not support"));
   }
   if (kernel_settings().enabled_dtypes & TFL_DTYPE_BIT(dtype)) return;
   const char* var = dtype == TFL_DTYPE_FLOAT64   ? "FLEMU_FP64"
                     : dtype == TFL_DTYPE_FLOAT16 ? "FLEMU_FP16"
                                                  : "FLEMU_BF16";
-  throw_error(TFL_ERR_UNIMPLEMENTED,
+  fail(TFL_ERR_UNIMPLEMENTED,
               cat(what, " has dtype ", dtype_name(dtype), ", which is disabled on this device (", var, "=0)"));
 }
 
@@ -37,14 +37,10 @@ bool TensorArg::is_contiguous() const {
 }
 
 Launch::Launch(const TFL_Kernel_Args* args, int32_t id, const KernelContract* contract) : args_(args), id_(id) {
-  if (args == nullptr) invalid_argument("kernel arguments are NULL");
-  if (args->struct_size < TFL_Kernel_Args_STRUCT_SIZE)
-    invalid_argument("TFL_Kernel_Args.struct_size is ", args->struct_size, ", expected at least ",
-                     TFL_Kernel_Args_STRUCT_SIZE);
+  TFL_CHECK_ARGS(args, TFL_Kernel_Args);
   const TFL_KernelContext* ctx = args->ctx;
-  if (ctx == nullptr) invalid_argument("kernel context is NULL");
-  if (ctx->struct_size < TFL_STRUCT_SIZE(TFL_KernelContext, op_name))
-    invalid_argument("TFL_KernelContext.struct_size is ", ctx->struct_size, ", too small for device and stream");
+  // Fields past op_name are read only by the kernels that need them.
+  torch_fl::helpers::check_args(ctx, TFL_STRUCT_SIZE(TFL_KernelContext, op_name), "TFL_KernelContext");
   if (args->num_inputs > 0 && args->inputs == nullptr) invalid_argument("inputs is NULL");
   if (args->num_outputs > 0 && args->outputs == nullptr) invalid_argument("outputs is NULL");
   rt_ = &runtime();
@@ -60,10 +56,10 @@ Launch::Launch(const TFL_Kernel_Args* args, int32_t id, const KernelContract* co
     std::abort();
   }
   if (s.check_contracts) {
-    if (args->struct_size < TFL_Kernel_Args_STRUCT_SIZE || ctx->struct_size < TFL_KernelContext_STRUCT_SIZE)
-      throw_error(TFL_ERR_INTERNAL, cat("host contract violated: ", name(), ": TFL_Kernel_Args.struct_size ",
-                                        args->struct_size, " or TFL_KernelContext.struct_size ", ctx->struct_size,
-                                        " is smaller than ABI 1.0's"));
+    if (ctx->struct_size < TFL_KernelContext_STRUCT_SIZE)
+      fail(TFL_ERR_INTERNAL, "host contract violated: ", ctx->op_name != nullptr ? ctx->op_name : name(),
+           ": TFL_KernelContext.struct_size is ", ctx->struct_size, ", smaller than ABI 1.0's ",
+           TFL_KernelContext_STRUCT_SIZE);
     check_host_contract(*args, contract ? *contract : s.contracts[static_cast<size_t>(id)], *rt_, &guarded_);
   }
   faults_ = s.kernel_faults[static_cast<size_t>(id)];
@@ -75,7 +71,7 @@ Launch::Launch(const TFL_Kernel_Args* args, int32_t id, const KernelContract* co
   if (s.inject_error_id == id) {
     if (s.inject_error_async) inject_async_ = true;
     else
-      throw_error(s.inject_error_code,
+      fail(s.inject_error_code,
                   cat("injected failure at launch (FLEMU_INJECT_ERROR=", name(), ":", s.inject_error_code, ")"));
   }
 }
@@ -84,7 +80,7 @@ void Launch::enqueue_injected_failure() const {
   const int32_t code = kernel_settings().inject_error_code;
   const char* op = name();
   stream_->submit(op, [code, op] {
-    throw_error(code, cat("injected failure on the stream (FLEMU_INJECT_ERROR=", op, ":", code, ":async)"));
+    fail(code, cat("injected failure on the stream (FLEMU_INJECT_ERROR=", op, ":", code, ":async)"));
   });
 }
 
@@ -132,7 +128,7 @@ ScalarArg Launch::scalar(size_t i, const char* what) const {
     case TFL_VALUE_BOOL: s.i = v.v.i; break;
     case TFL_VALUE_DOUBLE: s.d = v.v.d; break;
     case TFL_VALUE_COMPLEX:
-      throw_error(TFL_ERR_UNIMPLEMENTED, cat("argument ", i, " (", what, ") is a complex scalar; flemu has no complex kernels"));
+      fail(TFL_ERR_UNIMPLEMENTED, cat("argument ", i, " (", what, ") is a complex scalar; flemu has no complex kernels"));
     default: invalid_argument("argument ", i, " (", what, ") must be a scalar (int, float or bool), got tag ", v.tag);
   }
   return s;
@@ -144,7 +140,7 @@ bool Launch::host_scalar(size_t i, ScalarArg* out) const {
   if (t == nullptr || t->memory_kind != TFL_MEMORY_HOST) return false;
   if (t->numel != 1 || t->data == nullptr) invalid_argument("host operand ", i, " must be a scalar");
   if (t->dtype == TFL_DTYPE_COMPLEX64 || t->dtype == TFL_DTYPE_COMPLEX128 || dtype_size(t->dtype) == 0)
-    throw_error(TFL_ERR_UNIMPLEMENTED, cat("host operand ", i, " has dtype ", dtype_name(t->dtype)));
+    fail(TFL_ERR_UNIMPLEMENTED, cat("host operand ", i, " has dtype ", dtype_name(t->dtype)));
   const char* p = static_cast<const char*>(t->data);
   if (dtype_is_floating(t->dtype)) {
     out->tag = TFL_VALUE_DOUBLE;

@@ -1,28 +1,21 @@
-// Elementwise kernels: fill_/zero_, add/sub/mul/div (Tensor and Scalar
-// overloads), neg, relu, the symbol-convention abs/maximum and the custom
-// op flemu::scale_add with its backward.
+// Arithmetic: add/sub/mul/div (Tensor and Scalar overloads), neg and relu.
+// Every dtype; operands of one dtype take a typed loop, mixed dtypes (an
+// out= of another dtype, integer division) go through double or int64.
 #include <cmath>
 #include <cstring>
 #include <utility>
 #include <vector>
 
-#include "elementwise_ops.h"
-#include "map_loop.h"
-#include "launch.h"
-#include "loop.h"
-#include "registry.h"
+#include "support/elementwise_ops.h"
+#include "support/launch.h"
+#include "support/loop.h"
+#include "support/map_loop.h"
+#include "support/registry.h"
 
 namespace flemu {
 namespace {
 
 enum class Bin { Add, Sub, Mul, Div };
-
-template <class T>
-T scalar_to(const ScalarArg& s) {
-  if (s.tag == TFL_VALUE_DOUBLE) return convert<T>(s.d);
-  if (s.tag == TFL_VALUE_BOOL) return convert<T>(s.i != 0);
-  return convert<T>(s.i);
-}
 
 LoopPlan plan_of(const TensorArg& out, const TensorArg& a) {
   const TensorArg* ops[] = {&out, &a};
@@ -35,52 +28,6 @@ LoopPlan plan_of(const TensorArg& out, const TensorArg& a, const TensorArg& b) {
   const char* names[] = {"out", "self", "other"};
   return make_loop(ops, 3, names);
 }
-
-// ---------------------------------------------------------------------------
-// fill_ / zero_
-// ---------------------------------------------------------------------------
-
-template <class U>
-void fill_runs(const LoopPlan& plan, U value) {
-  run_loop(plan, [&](char* const* ptr, const int64_t* st, int64_t n) {
-    if (st[0] == static_cast<int64_t>(sizeof(U))) {
-      U* o = reinterpret_cast<U*>(ptr[0]);
-      for (int64_t i = 0; i < n; ++i) o[i] = value;
-    } else {
-      char* o = ptr[0];
-      for (int64_t i = 0; i < n; ++i, o += st[0]) std::memcpy(o, &value, sizeof(U));
-    }
-  });
-}
-
-void launch_fill(const Launch& L, const TensorArg& self, const ScalarArg& value) {
-  // The value is converted once at launch; the loop only stores bytes.
-  uint64_t bits = 0;
-  dispatch_dtype(self.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T v = scalar_to<T>(value);
-    std::memcpy(&bits, &v, sizeof(T));
-  });
-  const TensorArg* ops[] = {&self};
-  const char* names[] = {"self"};
-  const LoopPlan plan = make_loop(ops, 1, names);
-  if (plan.numel == 0) return;
-  switch (self.itemsize) {
-    case 1: L.enqueue([plan, v = static_cast<uint8_t>(bits)] { fill_runs(plan, v); }); break;
-    case 2: L.enqueue([plan, v = static_cast<uint16_t>(bits)] { fill_runs(plan, v); }); break;
-    case 4: L.enqueue([plan, v = static_cast<uint32_t>(bits)] { fill_runs(plan, v); }); break;
-    default: L.enqueue([plan, v = bits] { fill_runs(plan, v); }); break;
-  }
-}
-
-// In-place ops take `self` as input 0; outputs[0], when given, is the same memory.
-TensorArg inplace_target(const Launch& L) {
-  return L.num_outputs() > 0 ? L.output(0, "self") : L.input_tensor(0, "self");
-}
-
-// ---------------------------------------------------------------------------
-// add / sub / mul / div
-// ---------------------------------------------------------------------------
 
 template <class C>
 C apply_bin(Bin kind, C a, C b, C alpha) {
@@ -270,7 +217,7 @@ TFL_Error* binary_tensor(const TFL_Kernel_Args* args, int32_t id, Bin kind) {
     }
     if (L.host_scalar(0, &value)) {
       const bool commutes = kind == Bin::Mul || (kind == Bin::Add && alpha.to_double() == 1.0);
-      if (!commutes) throw_error(TFL_ERR_UNIMPLEMENTED, "a host scalar as self of a non-commuting op");
+      if (!commutes) fail(TFL_ERR_UNIMPLEMENTED, "a host scalar as self of a non-commuting op");
       launch_binary(L, kind, out, L.input_tensor(1, "other"), nullptr, value, alpha);
       return;
     }
@@ -371,26 +318,7 @@ TFL_Error* unary(const TFL_Kernel_Args* args, int32_t id, Un kind) {
   });
 }
 
-// ---------------------------------------------------------------------------
-// float32-only kernels: symbol convention and the custom op
-// ---------------------------------------------------------------------------
-
-void require_float32(const TensorArg& t, const char* what) {
-  if (t.dtype != TFL_DTYPE_FLOAT32) invalid_argument(what, " must be float32, got ", dtype_name(t.dtype));
-}
-
 }  // namespace
-
-TFL_Error* kernel_fill_scalar(const TFL_Kernel_Args* args) {
-  return run_kernel(args, kFillScalar, [&](Launch& L) {
-    const TensorArg self = inplace_target(L);
-    launch_fill(L, self, L.scalar(1, "value"));
-  });
-}
-
-TFL_Error* kernel_zero(const TFL_Kernel_Args* args) {
-  return run_kernel(args, kZero, [&](Launch& L) { launch_fill(L, inplace_target(L), int_scalar(0)); });
-}
 
 TFL_Error* kernel_add_tensor(const TFL_Kernel_Args* a) { return binary_tensor(a, kAddTensor, Bin::Add); }
 TFL_Error* kernel_sub_tensor(const TFL_Kernel_Args* a) { return binary_tensor(a, kSubTensor, Bin::Sub); }
@@ -403,71 +331,4 @@ TFL_Error* kernel_div_scalar(const TFL_Kernel_Args* a) { return binary_scalar(a,
 TFL_Error* kernel_neg(const TFL_Kernel_Args* a) { return unary(a, kNeg, Un::Neg); }
 TFL_Error* kernel_relu(const TFL_Kernel_Args* a) { return unary(a, kRelu, Un::Relu); }
 
-TFL_Error* kernel_scale_add(const TFL_Kernel_Args* args) {
-  return run_kernel(args, kScaleAdd, [&](Launch& L) {
-    const TensorArg x = L.input_tensor(0, "x"), y = L.input_tensor(1, "y"), out = L.output(0, "out");
-    const float alpha = static_cast<float>(L.scalar(2, "alpha").to_double());
-    require_float32(x, "x");
-    require_float32(y, "y");
-    require_float32(out, "out");
-    const LoopPlan plan = plan_of(out, x, y);
-    if (plan.numel == 0) return;
-    L.enqueue([plan, alpha] { binary_loop<float>(plan, [alpha](float a, float b) { return a + alpha * b; }); });
-  });
-}
-
-TFL_Error* kernel_scale_add_backward(const TFL_Kernel_Args* args) {
-  // inputs: grad_out (or None), x, y, alpha, out; outputs: grad_x, grad_y.
-  return run_kernel(args, kScaleAddBackward, [&](Launch& L) {
-    const float alpha = static_cast<float>(L.scalar(3, "alpha").to_double());
-    const TensorArg gx = L.output(0, "grad_x"), gy = L.output(1, "grad_y");
-    require_float32(gx, "grad_x");
-    require_float32(gy, "grad_y");
-    if (!L.has_input(0)) {  // no gradient flows: both are zero
-      launch_fill(L, gx, int_scalar(0));
-      launch_fill(L, gy, int_scalar(0));
-      return;
-    }
-    const TensorArg g = L.input_tensor(0, "grad_out");
-    require_float32(g, "grad_out");
-    const LoopPlan px = plan_of(gx, g), py = plan_of(gy, g);
-    L.enqueue([px, py, alpha] {
-      unary_loop<float>(px, [](float v) { return v; });
-      unary_loop<float>(py, [alpha](float v) { return alpha * v; });
-    });
-  });
-}
-
 }  // namespace flemu
-
-// Symbol-convention kernels: found by name, float32, dense same-shape operands.
-TFL_DEFINE_OP_DEFAULT(abs) {
-  using namespace flemu;
-  return run_symbol_kernel(args, kAbs, [&](Launch& L) {
-    const TensorArg self = L.input_tensor(0, "self"), out = L.output(0, "out");
-    require_float32(self, "self");
-    require_float32(out, "out");
-    const LoopPlan plan = plan_of(out, self);
-    if (plan.numel == 0) return;
-    L.enqueue([plan] { unary_loop<float>(plan, [](float a) { return std::fabs(a); }); });
-  });
-}
-
-TFL_DEFINE_OP_DEFAULT(maximum) {
-  using namespace flemu;
-  return run_symbol_kernel(args, kMaximum, [&](Launch& L) {
-    const TensorArg self = L.input_tensor(0, "self"), other = L.input_tensor(1, "other"), out = L.output(0, "out");
-    require_float32(self, "self");
-    require_float32(other, "other");
-    require_float32(out, "out");
-    const LoopPlan plan = plan_of(out, self, other);
-    if (plan.numel == 0) return;
-    L.enqueue([plan] {
-      binary_loop<float>(plan, [](float a, float b) {
-        if (a != a) return a;  // NaN propagates from either side
-        if (b != b) return b;
-        return a > b ? a : b;
-      });
-    });
-  });
-}

@@ -2,8 +2,8 @@
 // already in the compute type. Runs on the calling thread, splitting large
 // problems over the thread pool (serially when called from inside a
 // parallel_for).
-#ifndef FLEMU_KERNELS_GEMM_H_
-#define FLEMU_KERNELS_GEMM_H_
+#ifndef FLEMU_KERNELS_SUPPORT_GEMM_H_
+#define FLEMU_KERNELS_SUPPORT_GEMM_H_
 
 #include <cstdint>
 
@@ -19,4 +19,4 @@ void gemm_compute(int64_t n, int64_t m, int64_t k, const double* a, int64_t a_rs
 
 }  // namespace flemu
 
-#endif  // FLEMU_KERNELS_GEMM_H_
+#endif  // FLEMU_KERNELS_SUPPORT_GEMM_H_

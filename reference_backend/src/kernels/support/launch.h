@@ -1,8 +1,8 @@
 // What every kernel launch does before it enqueues work: check the context
 // and stream, apply fault injection, and turn host descriptors into
 // validated TensorArgs that point at flemu's read-write alias of the memory.
-#ifndef FLEMU_KERNELS_LAUNCH_H_
-#define FLEMU_KERNELS_LAUNCH_H_
+#ifndef FLEMU_KERNELS_SUPPORT_LAUNCH_H_
+#define FLEMU_KERNELS_SUPPORT_LAUNCH_H_
 
 #include <array>
 #include <cstdint>
@@ -10,10 +10,10 @@
 #include <utility>
 #include <vector>
 
-#include "../errors.h"
-#include "../faults.h"
-#include "../runtime.h"
-#include "../stream.h"
+#include "../../errors.h"
+#include "../../faults.h"
+#include "../../runtime.h"
+#include "../../stream.h"
 #include "contract.h"
 #include "dtype.h"
 #include "registry.h"
@@ -175,4 +175,4 @@ TFL_Error* run_symbol_kernel(const TFL_Kernel_Args* args, int32_t id, Body&& bod
 
 }  // namespace flemu
 
-#endif  // FLEMU_KERNELS_LAUNCH_H_
+#endif  // FLEMU_KERNELS_SUPPORT_LAUNCH_H_

@@ -2,13 +2,13 @@
 // the others are broadcast to it; dimensions are reordered to follow the
 // memory order of the operands and merged where they are contiguous, so
 // most loops end up one long inner run.
-#ifndef FLEMU_KERNELS_LOOP_H_
-#define FLEMU_KERNELS_LOOP_H_
+#ifndef FLEMU_KERNELS_SUPPORT_LOOP_H_
+#define FLEMU_KERNELS_SUPPORT_LOOP_H_
 
 #include <algorithm>
 #include <cstdint>
 
-#include "../thread_pool.h"
+#include "../../thread_pool.h"
 #include "launch.h"
 
 namespace flemu {
@@ -89,4 +89,4 @@ void run_loop(const LoopPlan& p, F&& f) {
 
 }  // namespace flemu
 
-#endif  // FLEMU_KERNELS_LOOP_H_
+#endif  // FLEMU_KERNELS_SUPPORT_LOOP_H_

@@ -1,8 +1,8 @@
 // Launching typed elementwise kernels: read the operands, check they share
 // the output's dtype, plan the loop and enqueue a map_loop for the dtype.
 // Used by the math, activation and comparison kernels.
-#ifndef FLEMU_KERNELS_ELEMENTWISE_LAUNCH_H_
-#define FLEMU_KERNELS_ELEMENTWISE_LAUNCH_H_
+#ifndef FLEMU_KERNELS_SUPPORT_ELEMENTWISE_LAUNCH_H_
+#define FLEMU_KERNELS_SUPPORT_ELEMENTWISE_LAUNCH_H_
 
 #include <cstring>
 #include <string>
@@ -15,7 +15,7 @@ namespace flemu {
 // A call this kernel does not serve: the host runs it through its fallback chain.
 template <class... Parts>
 [[noreturn]] void decline(Parts&&... parts) {
-  throw_error(TFL_ERR_UNIMPLEMENTED, cat(std::forward<Parts>(parts)...));
+  unimplemented(std::forward<Parts>(parts)...);
 }
 
 // A str argument (e.g. gelu's approximate); `fallback` when absent.
@@ -86,4 +86,4 @@ C scalar_as(const ScalarArg& s) {
 
 }  // namespace flemu
 
-#endif  // FLEMU_KERNELS_ELEMENTWISE_LAUNCH_H_
+#endif  // FLEMU_KERNELS_SUPPORT_ELEMENTWISE_LAUNCH_H_

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "../errors.h"
+#include "../../errors.h"
 #include "dtype.h"
 
 namespace flemu {
@@ -88,7 +88,7 @@ class ContractCheck {
   }
   template <class... Parts>
   [[noreturn]] void violated(const std::string& argument, Parts&&... parts) const {
-    throw_error(TFL_ERR_INTERNAL, cat("host contract violated: ", op_, " (", variant_name(variant_), "): ", argument,
+    fail(TFL_ERR_INTERNAL, cat("host contract violated: ", op_, " (", variant_name(variant_), "): ", argument,
                                       " ", std::forward<Parts>(parts)...));
   }
 
@@ -355,7 +355,7 @@ void check_guards_after_task(const std::vector<GuardedAllocation>& guarded) {
   for (const GuardedAllocation& g : guarded) {
     const std::string broken = g.arena->check_guards(g.start);
     if (!broken.empty())
-      throw_error(TFL_ERR_INTERNAL,
+      fail(TFL_ERR_INTERNAL,
                   cat("wrote out of bounds: ", broken, " (guard regions of FLEMU_CHECK_CONTRACTS=1)"));
   }
 }

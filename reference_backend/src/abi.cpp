@@ -1,6 +1,7 @@
 // The C ABI: every TFL_* entry flemu provides, each a thin wrapper that
-// validates its arguments, calls into the runtime and converts any
-// exception into a TFL_Error.
+// checks its argument struct (TFL_CHECK_ARGS), calls into the runtime and
+// converts any exception into a TFL_Error (guarded, plugin_helpers.h); and
+// the tables TFL_GetPluginApi returns.
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -12,7 +13,7 @@
 #include "errors.h"
 #include "faults.h"
 #include "graph/graph_api.h"
-#include "kernels/registry.h"
+#include "kernels/support/registry.h"
 #include "runtime.h"
 #include "thread_pool.h"
 #include "tunables.h"
@@ -20,14 +21,9 @@
 namespace flemu {
 namespace {
 
-constexpr const char* kVersion = "0.1.0";
+namespace tfl = torch_fl::helpers;
 
-// Throws unless the host's struct is at least as large as flemu's 1.0 view.
-void check_args(const void* args, size_t struct_size, size_t expected, const char* type) {
-  if (args == nullptr) invalid_argument(type, " is NULL");
-  if (struct_size < expected) invalid_argument(type, ".struct_size is ", struct_size, ", expected at least ", expected);
-}
-#define FLEMU_CHECK_ARGS(args, Type) check_args(args, (args) ? (args)->struct_size : 0, Type##_STRUCT_SIZE, #Type)
+constexpr const char* kVersion = "0.1.0";
 
 std::mutex g_init_mu;
 
@@ -35,29 +31,9 @@ std::mutex g_init_mu;
 // core
 // ---------------------------------------------------------------------------
 
-void Error_Destroy(TFL_Error_Destroy_Args* args) {
-  if (args != nullptr && args->error != nullptr) destroy_error(args->error);
-}
-
-void Error_Message(TFL_Error_Message_Args* args) {
-  if (args == nullptr) return;
-  if (args->error == nullptr) {
-    args->message = "";
-    args->message_size = 0;
-    return;
-  }
-  args->message = args->error->message.c_str();
-  args->message_size = args->error->message.size();
-}
-
-void Error_GetCode(TFL_Error_GetCode_Args* args) {
-  if (args == nullptr) return;
-  args->code = args->error == nullptr ? TFL_OK : args->error->code;
-}
-
 TFL_Error* Plugin_GetInfo(TFL_Plugin_GetInfo_Args* args) {
   return guarded("Plugin_GetInfo", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Plugin_GetInfo_Args);
+    TFL_CHECK_ARGS(args, TFL_Plugin_GetInfo_Args);
     args->name = "flemu";
     args->vendor = "torch-fl project";
     args->version = kVersion;
@@ -68,9 +44,9 @@ TFL_Error* Plugin_GetInfo(TFL_Plugin_GetInfo_Args* args) {
 
 TFL_Error* Plugin_Initialize(TFL_Plugin_Initialize_Args* args) {
   return guarded("Plugin_Initialize", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Plugin_Initialize_Args);
+    TFL_CHECK_ARGS(args, TFL_Plugin_Initialize_Args);
     if (args->host_abi_major != TFL_ABI_MAJOR)
-      throw_error(TFL_ERR_ABI_MISMATCH,
+      fail(TFL_ERR_ABI_MISMATCH,
                   cat("the host speaks torch-fl ABI ", args->host_abi_major, ".", args->host_abi_minor,
                       " but flemu was built for ABI ", TFL_ABI_MAJOR, ".", TFL_ABI_MINOR,
                       "; the major versions must match (rebuild flemu against the host's headers)"));
@@ -110,7 +86,7 @@ TFL_Error* Plugin_Initialize(TFL_Plugin_Initialize_Args* args) {
 
 TFL_Error* Plugin_Shutdown(TFL_Plugin_Shutdown_Args* args) {
   return guarded("Plugin_Shutdown", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Plugin_Shutdown_Args);
+    TFL_CHECK_ARGS(args, TFL_Plugin_Shutdown_Args);
     std::lock_guard<std::mutex> lock(g_init_mu);
     Runtime* rt = runtime_or_null();
     if (rt == nullptr) return;
@@ -127,7 +103,7 @@ TFL_Error* Plugin_Shutdown(TFL_Plugin_Shutdown_Args* args) {
 
 TFL_Error* Device_Count(TFL_Device_Count_Args* args) {
   return guarded("Device_Count", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Device_Count_Args);
+    TFL_CHECK_ARGS(args, TFL_Device_Count_Args);
     args->count = runtime().device_count();
   });
 }
@@ -148,7 +124,7 @@ uint64_t reported_total(const Arena& arena) {
 
 TFL_Error* Device_GetProperties(TFL_Device_GetProperties_Args* args) {
   return guarded("Device_GetProperties", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Device_GetProperties_Args);
+    TFL_CHECK_ARGS(args, TFL_Device_GetProperties_Args);
     Runtime& rt = runtime();
     Device& dev = rt.device(args->device);
     TFL_DeviceProperties* p = args->properties;
@@ -187,22 +163,20 @@ TFL_Error* guard_backstop(Runtime& rt, int32_t device, const char* where, TFL_Er
 }
 
 TFL_Error* Device_Synchronize(TFL_Device_Synchronize_Args* args) {
-  TFL_Error* async_error = nullptr;
-  TFL_Error* err = guarded("Device_Synchronize", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Device_Synchronize_Args);
+  return guarded("Device_Synchronize", [&]() -> TFL_Error* {
+    TFL_CHECK_ARGS(args, TFL_Device_Synchronize_Args);
     Runtime& rt = runtime();
     if (fault_on(Fault::kStreamSyncNoop)) {
       rt.device(args->device);
-      return;
+      return nullptr;
     }
-    async_error = guard_backstop(rt, args->device, "Device_Synchronize", rt.synchronize_device(args->device));
+    return guard_backstop(rt, args->device, "Device_Synchronize", rt.synchronize_device(args->device));
   });
-  return err != nullptr ? err : async_error;
 }
 
 TFL_Error* Device_CanAccessPeer(TFL_Device_CanAccessPeer_Args* args) {
   return guarded("Device_CanAccessPeer", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Device_CanAccessPeer_Args);
+    TFL_CHECK_ARGS(args, TFL_Device_CanAccessPeer_Args);
     Runtime& rt = runtime();
     rt.device(args->device);
     rt.device(args->peer);
@@ -217,7 +191,7 @@ TFL_Error* Device_CanAccessPeer(TFL_Device_CanAccessPeer_Args* args) {
 
 TFL_Error* Memory_Allocate(TFL_Memory_Allocate_Args* args) {
   return guarded("Memory_Allocate", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Memory_Allocate_Args);
+    TFL_CHECK_ARGS(args, TFL_Memory_Allocate_Args);
     args->ptr = nullptr;
     args->ptr = runtime().device(args->device).arena.allocate(args->size);
   });
@@ -225,7 +199,7 @@ TFL_Error* Memory_Allocate(TFL_Memory_Allocate_Args* args) {
 
 TFL_Error* Memory_Free(TFL_Memory_Free_Args* args) {
   return guarded("Memory_Free", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Memory_Free_Args);
+    TFL_CHECK_ARGS(args, TFL_Memory_Free_Args);
     Runtime& rt = runtime();
     Device& dev = rt.device(args->device);
     if (args->ptr == nullptr) return;
@@ -241,7 +215,7 @@ TFL_Error* Memory_Free(TFL_Memory_Free_Args* args) {
 
 TFL_Error* Memory_GetInfo(TFL_Memory_GetInfo_Args* args) {
   return guarded("Memory_GetInfo", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Memory_GetInfo_Args);
+    TFL_CHECK_ARGS(args, TFL_Memory_GetInfo_Args);
     Arena& arena = runtime().device(args->device).arena;
     args->free_bytes = arena.free_bytes();
     args->total_bytes = reported_total(arena);
@@ -250,7 +224,7 @@ TFL_Error* Memory_GetInfo(TFL_Memory_GetInfo_Args* args) {
 
 TFL_Error* HostMemory_Allocate(TFL_HostMemory_Allocate_Args* args) {
   return guarded("HostMemory_Allocate", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_HostMemory_Allocate_Args);
+    TFL_CHECK_ARGS(args, TFL_HostMemory_Allocate_Args);
     args->ptr = nullptr;
     args->ptr = runtime().host_memory().allocate(args->size);
   });
@@ -258,7 +232,7 @@ TFL_Error* HostMemory_Allocate(TFL_HostMemory_Allocate_Args* args) {
 
 TFL_Error* HostMemory_Free(TFL_HostMemory_Free_Args* args) {
   return guarded("HostMemory_Free", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_HostMemory_Free_Args);
+    TFL_CHECK_ARGS(args, TFL_HostMemory_Free_Args);
     if (args->ptr == nullptr) return;
     runtime().host_memory().free(args->ptr);
   });
@@ -296,9 +270,8 @@ void host_side(Runtime& rt, const void* ptr, int32_t device, const char* what) {
 }
 
 TFL_Error* Memory_Copy(TFL_Memory_Copy_Args* args) {
-  TFL_Error* async_error = nullptr;
-  TFL_Error* err = guarded("Memory_Copy", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Memory_Copy_Args);
+  return guarded("Memory_Copy", [&]() -> TFL_Error* {
+    TFL_CHECK_ARGS(args, TFL_Memory_Copy_Args);
     Runtime& rt = runtime();
     const size_t size = args->size;
     Stream& stream = stream_from_handle(args->stream);
@@ -308,7 +281,7 @@ TFL_Error* Memory_Copy(TFL_Memory_Copy_Args* args) {
     bool touches_host = false, host_pinned = false;
     switch (args->kind) {
       case TFL_COPY_HOST_TO_DEVICE:
-        if (size == 0) return;
+        if (size == 0) return nullptr;
         host_side(rt, args->src, args->src_device, "src");
         dst = device_side(rt, args->dst, args->dst_device, size, "dst");
         src = static_cast<const char*>(args->src);
@@ -317,7 +290,7 @@ TFL_Error* Memory_Copy(TFL_Memory_Copy_Args* args) {
         host_pinned = rt.host_memory().is_pinned(args->src, size);
         break;
       case TFL_COPY_DEVICE_TO_HOST:
-        if (size == 0) return;
+        if (size == 0) return nullptr;
         host_side(rt, args->dst, args->dst_device, "dst");
         src = device_side(rt, args->src, args->src_device, size, "src");
         dst = static_cast<char*>(args->dst);
@@ -329,7 +302,7 @@ TFL_Error* Memory_Copy(TFL_Memory_Copy_Args* args) {
         if (args->src_device != args->dst_device)
           invalid_argument("DEVICE_TO_DEVICE needs src_device == dst_device, got ", args->src_device, " and ",
                            args->dst_device, " (use PEER across devices)");
-        if (size == 0) return;
+        if (size == 0) return nullptr;
         src = device_side(rt, args->src, args->src_device, size, "src");
         dst = device_side(rt, args->dst, args->dst_device, size, "dst");
         stream_device = args->src_device;
@@ -341,7 +314,7 @@ TFL_Error* Memory_Copy(TFL_Memory_Copy_Args* args) {
           invalid_argument("PEER copy from device ", args->src_device, " to device ", args->dst_device,
                            " but peer access is disabled (FLEMU_PEER_ACCESS=0; Device_CanAccessPeer reports 0, "
                            "stage the copy through host memory)");
-        if (size == 0) return;
+        if (size == 0) return nullptr;
         src = device_side(rt, args->src, args->src_device, size, "src");
         dst = device_side(rt, args->dst, args->dst_device, size, "dst");
         stream_device = args->src_device;
@@ -363,20 +336,19 @@ TFL_Error* Memory_Copy(TFL_Memory_Copy_Args* args) {
     const bool blocking = args->blocking != 0 || (touches_host && !host_pinned);
     if (!blocking) {
       stream.submit("Memory_Copy", move);
-      return;
+      return nullptr;  // a failure is reported by a later synchronizing call
     }
     // The host never enqueues on one stream from two threads at once, so an
     // idle stream stays idle while the calling thread copies.
     if (stream.idle()) move();
     else stream.wait(stream.submit("Memory_Copy", move));
-    async_error = stream.take_error();
+    return stream.take_error();
   });
-  return err != nullptr ? err : async_error;
 }
 
 TFL_Error* Memory_Set(TFL_Memory_Set_Args* args) {
   return guarded("Memory_Set", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Memory_Set_Args);
+    TFL_CHECK_ARGS(args, TFL_Memory_Set_Args);
     Runtime& rt = runtime();
     Stream& stream = stream_from_handle(args->stream);
     if (stream.device() != args->device)
@@ -391,7 +363,7 @@ TFL_Error* Memory_Set(TFL_Memory_Set_Args* args) {
 
 TFL_Error* Memory_MapToHost(TFL_Memory_MapToHost_Args* args) {
   return guarded("Memory_MapToHost", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Memory_MapToHost_Args);
+    TFL_CHECK_ARGS(args, TFL_Memory_MapToHost_Args);
     args->host_ptr = nullptr;
     Runtime& rt = runtime();
     args->host_ptr = device_side(rt, args->ptr, args->device, args->size, "ptr");
@@ -400,7 +372,7 @@ TFL_Error* Memory_MapToHost(TFL_Memory_MapToHost_Args* args) {
 
 TFL_Error* Memory_Unmap(TFL_Memory_Unmap_Args* args) {
   return guarded("Memory_Unmap", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Memory_Unmap_Args);
+    TFL_CHECK_ARGS(args, TFL_Memory_Unmap_Args);
     Arena& arena = runtime().device(args->device).arena;
     // The mapping is the arena's permanent alias: there is nothing to undo.
     if (!arena.owns_host_alias(args->host_ptr, args->size))
@@ -422,7 +394,7 @@ Event& event_from_handle(TFL_Event* handle, const char* what) {
 
 TFL_Error* Stream_Create(TFL_Stream_Create_Args* args) {
   return guarded("Stream_Create", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Stream_Create_Args);
+    TFL_CHECK_ARGS(args, TFL_Stream_Create_Args);
     args->stream = nullptr;
     args->stream = handle_of(runtime().create_stream(args->device).get());
   });
@@ -430,7 +402,7 @@ TFL_Error* Stream_Create(TFL_Stream_Create_Args* args) {
 
 TFL_Error* Stream_Destroy(TFL_Stream_Destroy_Args* args) {
   return guarded("Stream_Destroy", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Stream_Destroy_Args);
+    TFL_CHECK_ARGS(args, TFL_Stream_Destroy_Args);
     Runtime& rt = runtime();
     std::shared_ptr<Stream> stream = rt.remove_stream(&stream_from_handle(args->stream));
     stream->wait_idle();
@@ -443,21 +415,19 @@ TFL_Error* Stream_Destroy(TFL_Stream_Destroy_Args* args) {
 }
 
 TFL_Error* Stream_Synchronize(TFL_Stream_Synchronize_Args* args) {
-  TFL_Error* async_error = nullptr;
-  TFL_Error* err = guarded("Stream_Synchronize", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Stream_Synchronize_Args);
+  return guarded("Stream_Synchronize", [&]() -> TFL_Error* {
+    TFL_CHECK_ARGS(args, TFL_Stream_Synchronize_Args);
     Runtime& rt = runtime();
     Stream& stream = stream_from_handle(args->stream);
-    if (fault_on(Fault::kStreamSyncNoop)) return;
+    if (fault_on(Fault::kStreamSyncNoop)) return nullptr;
     stream.wait_idle();
-    async_error = guard_backstop(rt, stream.device(), "Stream_Synchronize", stream.take_error());
+    return guard_backstop(rt, stream.device(), "Stream_Synchronize", stream.take_error());
   });
-  return err != nullptr ? err : async_error;
 }
 
 TFL_Error* Stream_Query(TFL_Stream_Query_Args* args) {
   return guarded("Stream_Query", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Stream_Query_Args);
+    TFL_CHECK_ARGS(args, TFL_Stream_Query_Args);
     runtime();
     args->idle = stream_from_handle(args->stream).idle() ? 1 : 0;
   });
@@ -465,7 +435,7 @@ TFL_Error* Stream_Query(TFL_Stream_Query_Args* args) {
 
 TFL_Error* Stream_WaitEvent(TFL_Stream_WaitEvent_Args* args) {
   return guarded("Stream_WaitEvent", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Stream_WaitEvent_Args);
+    TFL_CHECK_ARGS(args, TFL_Stream_WaitEvent_Args);
     runtime();
     Stream& stream = stream_from_handle(args->stream);
     event_from_handle(args->event, "event").enqueue_wait(stream);
@@ -474,7 +444,7 @@ TFL_Error* Stream_WaitEvent(TFL_Stream_WaitEvent_Args* args) {
 
 TFL_Error* Event_Create(TFL_Event_Create_Args* args) {
   return guarded("Event_Create", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Event_Create_Args);
+    TFL_CHECK_ARGS(args, TFL_Event_Create_Args);
     args->event = nullptr;
     runtime().device(args->device);
     // Flags from a newer minor version are ignored, as the ABI's append-only rule expects.
@@ -485,7 +455,7 @@ TFL_Error* Event_Create(TFL_Event_Create_Args* args) {
 
 TFL_Error* Event_Destroy(TFL_Event_Destroy_Args* args) {
   return guarded("Event_Destroy", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Event_Destroy_Args);
+    TFL_CHECK_ARGS(args, TFL_Event_Destroy_Args);
     if (args->event == nullptr) return;
     event_from_handle(args->event, "event");
     // Markers and waits already enqueued hold their own references.
@@ -495,7 +465,7 @@ TFL_Error* Event_Destroy(TFL_Event_Destroy_Args* args) {
 
 TFL_Error* Event_Record(TFL_Event_Record_Args* args) {
   return guarded("Event_Record", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Event_Record_Args);
+    TFL_CHECK_ARGS(args, TFL_Event_Record_Args);
     runtime();
     Event& event = event_from_handle(args->event, "event");
     Stream& stream = stream_from_handle(args->stream);
@@ -506,20 +476,18 @@ TFL_Error* Event_Record(TFL_Event_Record_Args* args) {
 }
 
 TFL_Error* Event_Synchronize(TFL_Event_Synchronize_Args* args) {
-  TFL_Error* async_error = nullptr;
-  TFL_Error* err = guarded("Event_Synchronize", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Event_Synchronize_Args);
+  return guarded("Event_Synchronize", [&]() -> TFL_Error* {
+    TFL_CHECK_ARGS(args, TFL_Event_Synchronize_Args);
     runtime();
     Event& event = event_from_handle(args->event, "event");
-    if (fault_on(Fault::kEventEarly)) return;  // FLEMU_FAULT=event_early
-    async_error = event.synchronize();
+    if (fault_on(Fault::kEventEarly)) return nullptr;  // FLEMU_FAULT=event_early
+    return event.synchronize();
   });
-  return err != nullptr ? err : async_error;
 }
 
 TFL_Error* Event_Query(TFL_Event_Query_Args* args) {
   return guarded("Event_Query", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Event_Query_Args);
+    TFL_CHECK_ARGS(args, TFL_Event_Query_Args);
     runtime();
     Event& event = event_from_handle(args->event, "event");
     args->complete = fault_on(Fault::kEventEarly) || event.query() ? 1 : 0;
@@ -528,7 +496,7 @@ TFL_Error* Event_Query(TFL_Event_Query_Args* args) {
 
 TFL_Error* Event_ElapsedTime(TFL_Event_ElapsedTime_Args* args) {
   return guarded("Event_ElapsedTime", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Event_ElapsedTime_Args);
+    TFL_CHECK_ARGS(args, TFL_Event_ElapsedTime_Args);
     runtime();
     Event& start = event_from_handle(args->start, "start");
     Event& end = event_from_handle(args->end, "end");
@@ -547,7 +515,7 @@ TFL_Error* Event_ElapsedTime(TFL_Event_ElapsedTime_Args* args) {
 
 TFL_Error* Kernels_List(TFL_Kernels_List_Args* args) {
   return guarded("Kernels_List", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Kernels_List_Args);
+    TFL_CHECK_ARGS(args, TFL_Kernels_List_Args);
     runtime();
     list_kernels(&args->kernels, &args->num_kernels);
   });
@@ -555,7 +523,7 @@ TFL_Error* Kernels_List(TFL_Kernels_List_Args* args) {
 
 TFL_Error* Kernels_ListCustomOps(TFL_Kernels_ListCustomOps_Args* args) {
   return guarded("Kernels_ListCustomOps", [&] {
-    FLEMU_CHECK_ARGS(args, TFL_Kernels_ListCustomOps_Args);
+    TFL_CHECK_ARGS(args, TFL_Kernels_ListCustomOps_Args);
     runtime();
     list_custom_ops(&args->ops, &args->num_ops);
   });
@@ -566,8 +534,8 @@ TFL_Error* Kernels_ListCustomOps(TFL_Kernels_ListCustomOps_Args* args) {
 // ---------------------------------------------------------------------------
 
 const TFL_CoreApi kCore = {
-    TFL_CoreApi_STRUCT_SIZE, Error_Destroy, Error_Message, Error_GetCode, Plugin_GetInfo, Plugin_Initialize,
-    Plugin_Shutdown,
+    TFL_CoreApi_STRUCT_SIZE, tfl::Error_Destroy, tfl::Error_Message, tfl::Error_GetCode, Plugin_GetInfo,
+    Plugin_Initialize,       Plugin_Shutdown,
 };
 
 const TFL_DeviceApi kDevice = {
@@ -599,4 +567,10 @@ const TFL_Api kApi = {
 }  // namespace
 }  // namespace flemu
 
-extern "C" TFL_EXPORT const TFL_Api* TFL_GetPluginApi(void) { return &flemu::kApi; }
+extern "C" TFL_EXPORT const TFL_Api* TFL_GetPluginApi(void) {
+  // Before any error is made: the host calls this first. A function-local
+  // static runs once, whichever thread gets here first.
+  static const bool prefixed = (torch_fl::helpers::set_error_prefix("flemu: "), true);
+  (void)prefixed;
+  return &flemu::kApi;
+}

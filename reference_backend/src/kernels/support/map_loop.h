@@ -2,8 +2,8 @@
 // (a bool output of a comparison, a bool condition beside float values):
 // map_loop<Out, In...>(plan, f) stores f(compute values of the inputs) into
 // operand 0 for every element of a LoopPlan, with a fast path for dense runs.
-#ifndef FLEMU_KERNELS_MAP_LOOP_H_
-#define FLEMU_KERNELS_MAP_LOOP_H_
+#ifndef FLEMU_KERNELS_SUPPORT_MAP_LOOP_H_
+#define FLEMU_KERNELS_SUPPORT_MAP_LOOP_H_
 
 #include <cstdint>
 #include <utility>
@@ -31,7 +31,7 @@ inline void run(char* const* ptr, const int64_t* st, int64_t n, F& f, std::index
     return;
   }
   char* o = ptr[0];
-  const char* in[sizeof...(In) + 1] = {ptr[K + 1]...};
+  [[maybe_unused]] const char* in[sizeof...(In) + 1] = {ptr[K + 1]...};  // none for a fill
   for (int64_t i = 0; i < n; ++i) {
     *reinterpret_cast<Out*>(o) = convert<Out>(f(load<In>(in[K] + i * st[K + 1])...));
     o += st[0];
@@ -61,4 +61,4 @@ inline LoopPlan plan_over(std::initializer_list<const TensorArg*> operands) {
 
 }  // namespace flemu
 
-#endif  // FLEMU_KERNELS_MAP_LOOP_H_
+#endif  // FLEMU_KERNELS_SUPPORT_MAP_LOOP_H_

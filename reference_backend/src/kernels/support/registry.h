@@ -1,14 +1,14 @@
 // What the one kernel table (kernel_table.h) becomes: kernel ids and names,
 // the descriptors Kernels_List and Kernels_ListCustomOps hand to the host
 // (filtered by the profile), and each kernel's registered contract.
-#ifndef FLEMU_KERNELS_REGISTRY_H_
-#define FLEMU_KERNELS_REGISTRY_H_
+#ifndef FLEMU_KERNELS_SUPPORT_REGISTRY_H_
+#define FLEMU_KERNELS_SUPPORT_REGISTRY_H_
 
 #include <cstdint>
 #include <string>
 
-#include "../config.h"
-#include "kernel_table.h"
+#include "../../config.h"
+#include "../kernel_table.h"
 #include "torch_fl/kernel.h"
 
 namespace flemu {
@@ -39,4 +39,4 @@ void list_custom_ops(const TFL_CustomOpDesc* const** ops, size_t* count);
 
 }  // namespace flemu
 
-#endif  // FLEMU_KERNELS_REGISTRY_H_
+#endif  // FLEMU_KERNELS_SUPPORT_REGISTRY_H_

@@ -1,7 +1,7 @@
 // Arithmetic shared by the elementwise kernels, and typed loops over a
 // LoopPlan with fast paths for contiguous and scalar-broadcast runs.
-#ifndef FLEMU_KERNELS_ELEMENTWISE_OPS_H_
-#define FLEMU_KERNELS_ELEMENTWISE_OPS_H_
+#ifndef FLEMU_KERNELS_SUPPORT_ELEMENTWISE_OPS_H_
+#define FLEMU_KERNELS_SUPPORT_ELEMENTWISE_OPS_H_
 
 #include <cmath>
 #include <cstdint>
@@ -86,4 +86,4 @@ void binary_loop(const LoopPlan& plan, Op op) {
 
 }  // namespace flemu
 
-#endif  // FLEMU_KERNELS_ELEMENTWISE_OPS_H_
+#endif  // FLEMU_KERNELS_SUPPORT_ELEMENTWISE_OPS_H_

@@ -2,15 +2,15 @@
 // anything, verify what the host promised for the flags and dtypes the kernel
 // declared, so a bridge bug fails at the call that carries it instead of
 // showing up as a wrong number far away.
-#ifndef FLEMU_KERNELS_CONTRACT_H_
-#define FLEMU_KERNELS_CONTRACT_H_
+#ifndef FLEMU_KERNELS_SUPPORT_CONTRACT_H_
+#define FLEMU_KERNELS_SUPPORT_CONTRACT_H_
 
 #include <cstdint>
 #include <utility>
 #include <vector>
 
-#include "../arena.h"
-#include "../runtime.h"
+#include "../../arena.h"
+#include "../../runtime.h"
 #include "torch_fl/kernel.h"
 
 namespace flemu {
@@ -52,4 +52,4 @@ void check_guards_after_task(const std::vector<GuardedAllocation>& guarded);
 
 }  // namespace flemu
 
-#endif  // FLEMU_KERNELS_CONTRACT_H_
+#endif  // FLEMU_KERNELS_SUPPORT_CONTRACT_H_

@@ -3,7 +3,7 @@
 #include <array>
 #include <vector>
 
-#include "../errors.h"
+#include "../../errors.h"
 #include "launch.h"
 
 namespace flemu {

@@ -2,14 +2,14 @@
 // embedding, dropout, random, optimizers) share: argument readers for the
 // list-shaped schema arguments, strided views of one sample, and splitting
 // work over the thread pool.
-#ifndef FLEMU_KERNELS_NN_COMMON_H_
-#define FLEMU_KERNELS_NN_COMMON_H_
+#ifndef FLEMU_KERNELS_SUPPORT_NN_COMMON_H_
+#define FLEMU_KERNELS_SUPPORT_NN_COMMON_H_
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
-#include "../thread_pool.h"
+#include "../../thread_pool.h"
 #include "dtype.h"
 #include "launch.h"
 #include "loop.h"
@@ -85,7 +85,7 @@ struct Strided {
 
 inline Strided strided(const TensorArg& t, const char* what) {
   if (t.ndim > kMaxLoopDims)
-    throw_error(TFL_ERR_UNIMPLEMENTED, cat(what, " has ", t.ndim, " dims; this kernel takes at most ", kMaxLoopDims));
+    fail(TFL_ERR_UNIMPLEMENTED, cat(what, " has ", t.ndim, " dims; this kernel takes at most ", kMaxLoopDims));
   Strided s;
   s.data = t.data;
   s.dtype = t.dtype;
@@ -160,4 +160,4 @@ using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 }  // namespace flemu
 
-#endif  // FLEMU_KERNELS_NN_COMMON_H_
+#endif  // FLEMU_KERNELS_SUPPORT_NN_COMMON_H_

@@ -5,9 +5,9 @@
 // fp16/bf16 compute in float32.
 #include <cmath>
 
-#include "elementwise_launch.h"
-#include "elementwise_ops.h"
-#include "registry.h"
+#include "support/elementwise_launch.h"
+#include "support/elementwise_ops.h"
+#include "support/registry.h"
 
 namespace flemu {
 namespace {

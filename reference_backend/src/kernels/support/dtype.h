@@ -1,8 +1,8 @@
 // Element types flemu kernels handle, fp16/bf16 conversions
 // (round-to-nearest-even), conversions between any two of them, and a
 // switch that turns a runtime TFL_DType into a compile-time type.
-#ifndef FLEMU_KERNELS_DTYPE_H_
-#define FLEMU_KERNELS_DTYPE_H_
+#ifndef FLEMU_KERNELS_SUPPORT_DTYPE_H_
+#define FLEMU_KERNELS_SUPPORT_DTYPE_H_
 
 #include <cmath>
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "../errors.h"
+#include "../../errors.h"
 #include "torch_fl/types.h"
 
 namespace flemu {
@@ -181,4 +181,4 @@ StoreI64 storer_i64(int32_t dtype);
 
 }  // namespace flemu
 
-#endif  // FLEMU_KERNELS_DTYPE_H_
+#endif  // FLEMU_KERNELS_SUPPORT_DTYPE_H_

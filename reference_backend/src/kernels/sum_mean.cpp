@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "../thread_pool.h"
-#include "launch.h"
-#include "loop.h"
-#include "registry.h"
+#include "support/launch.h"
+#include "support/loop.h"
+#include "support/registry.h"
 
 namespace flemu {
 namespace {
@@ -307,7 +307,7 @@ TFL_Error* reduce(const TFL_Kernel_Args* args, int32_t id, bool mean, bool has_d
         continue;
       }
       if (m == kMaxLoopDims)
-        throw_error(TFL_ERR_UNIMPLEMENTED, cat("self needs more than ", kMaxLoopDims, " loop dimensions"));
+        fail(TFL_ERR_UNIMPLEMENTED, cat("self needs more than ", kMaxLoopDims, " loop dimensions"));
       p.sizes[m] = sizes[d];
       p.in_strides[m] = in_strides[d];
       p.acc_strides[m] = acc_strides[d];

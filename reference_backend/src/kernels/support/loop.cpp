@@ -91,7 +91,7 @@ LoopPlan make_loop(const TensorArg* const* operands, int nops, const char* const
     m = 1;
   }
   if (m > kMaxLoopDims)
-    throw_error(TFL_ERR_UNIMPLEMENTED, cat("the operands need ", m, " loop dimensions after merging; flemu handles up to ",
+    fail(TFL_ERR_UNIMPLEMENTED, cat("the operands need ", m, " loop dimensions after merging; flemu handles up to ",
                                            kMaxLoopDims));
   p.ndim = m;
   for (int i = 0; i < m; ++i) {

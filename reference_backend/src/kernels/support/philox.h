@@ -3,8 +3,8 @@
 // under `key` gives four independent 32-bit words, so element i of a random
 // tensor is a pure function of (seed, offset + i) — the same on any number of
 // threads and on every run.
-#ifndef FLEMU_KERNELS_PHILOX_H_
-#define FLEMU_KERNELS_PHILOX_H_
+#ifndef FLEMU_KERNELS_SUPPORT_PHILOX_H_
+#define FLEMU_KERNELS_SUPPORT_PHILOX_H_
 
 #include <cmath>
 #include <cstdint>
@@ -65,4 +65,4 @@ inline void box_muller(F u1, F u2, F* z0, F* z1) {
 
 }  // namespace flemu
 
-#endif  // FLEMU_KERNELS_PHILOX_H_
+#endif  // FLEMU_KERNELS_SUPPORT_PHILOX_H_
