@@ -1094,6 +1094,37 @@ static void test_kernel_validation() {
 // fork(): the child does not inherit the devices, and can bring up its own
 // ---------------------------------------------------------------------------
 
+// Graph_Compile reads and writes every field of ABI 1.0's argument struct,
+// declined_node included.
+static void test_graph_compile_args() {
+  const int64_t sizes[] = {4};
+  const int64_t strides[] = {1};
+  const TFL_GraphValue in{TFL_GraphValue_STRUCT_SIZE, TFL_GRAPH_INPUT, TFL_DTYPE_FLOAT32, 1, sizes, strides};
+  const TFL_GraphValue out{TFL_GraphValue_STRUCT_SIZE, TFL_GRAPH_OUTPUT, TFL_DTYPE_FLOAT32, 1, sizes, strides};
+  const TFL_GraphValue* values[] = {&in, &out};
+  TFL_Value ref{};
+  ref.tag = TFL_VALUE_GRAPH_REF;
+  ref.v.i = 0;
+  const TFL_Value args[] = {ref, ref};
+  const int32_t node_out[] = {1};
+  const TFL_GraphNode node{TFL_GraphNode_STRUCT_SIZE, "aten::mm", args, 2, node_out, 1};  // not elementwise
+  const TFL_GraphNode* nodes[] = {&node};
+  const int32_t inputs[] = {0}, outputs[] = {1};
+  const TFL_Graph graph{TFL_Graph_STRUCT_SIZE, 0, values, 2, nodes, 1, inputs, 1, outputs, 1};
+  TFL_Graph_Compile_Args a{};
+  a.struct_size = TFL_Graph_Compile_Args_STRUCT_SIZE;
+  a.graph = &graph;
+  a.declined_node = 12345;
+  CHECK_OK(g_api->graph->Graph_Compile(&a));
+  CHECK_EQ(int(a.accepted), 0);
+  CHECK(a.decline_reason != nullptr && std::strstr(a.decline_reason, "aten::mm") != nullptr,
+        "decline reason names the op: ", a.decline_reason ? a.decline_reason : "NULL");
+  CHECK_EQ(a.declined_node, int64_t{0});
+  // A host built without declined_node is not a 1.0 host.
+  a.struct_size = TFL_STRUCT_SIZE(TFL_Graph_Compile_Args, decline_reason);
+  CHECK_ERR(g_api->graph->Graph_Compile(&a), TFL_ERR_INVALID_ARGUMENT, "TFL_Graph_Compile_Args.struct_size");
+}
+
 static void test_fork() {
 #if defined(__SANITIZE_THREAD__)
   return;  // ThreadSanitizer cannot start threads in a child of a threaded process
@@ -1199,6 +1230,7 @@ static int mode_all() {
                         {"copy_", test_copy_kernel},
                         {"symbols and custom ops", test_symbols_and_custom_ops},
                         {"kernel validation", test_kernel_validation},
+                        {"Graph_Compile arguments", test_graph_compile_args},
                         {"fork", test_fork},
                         {"re-initialize", test_reinitialize}};
   for (const Step& s : steps) {

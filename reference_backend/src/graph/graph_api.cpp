@@ -81,20 +81,14 @@ char* operand_data(Runtime& rt, const TFL_Tensor* t, const graph::Operand& op, i
 
 TFL_Error* Graph_Compile(TFL_Graph_Compile_Args* args) {
   return guarded("Graph_Compile", [&] {
-    if (args == nullptr) invalid_argument("TFL_Graph_Compile_Args is NULL");
-    // Hosts built before declined_node existed pass the shorter struct.
-    if (args->struct_size < TFL_STRUCT_SIZE(TFL_Graph_Compile_Args, decline_reason))
-      invalid_argument("TFL_Graph_Compile_Args.struct_size is ", args->struct_size, ", expected at least ",
-                       TFL_STRUCT_SIZE(TFL_Graph_Compile_Args, decline_reason));
+    // declined_node is part of ABI 1.0's struct, like every other field.
+    TFL_CHECK_ARGS(args, TFL_Graph_Compile_Args);
     args->accepted = 0;
     args->executable = nullptr;
     args->decline_reason = nullptr;
-    const bool has_node = TFL_HAS_FIELD(args, TFL_Graph_Compile_Args, declined_node);
-    if (has_node) args->declined_node = -1;
+    args->declined_node = -1;
     const TFL_Graph* g = args->graph;
-    if (g == nullptr) invalid_argument("graph is NULL");
-    if (g->struct_size < TFL_Graph_STRUCT_SIZE)
-      invalid_argument("TFL_Graph.struct_size is ", g->struct_size, ", expected at least ", TFL_Graph_STRUCT_SIZE);
+    TFL_CHECK_ARGS(g, TFL_Graph);
     Runtime& rt = runtime();
     rt.device(g->device);  // range check
     if (rt.config().minimal_profile) {
@@ -105,7 +99,7 @@ TFL_Error* Graph_Compile(TFL_Graph_Compile_Args* args) {
     graph::Decline decline;
     if (!graph::compile_program(*g, program.get(), &decline)) {
       args->decline_reason = intern(decline.reason);
-      if (has_node) args->declined_node = decline.node;
+      args->declined_node = decline.node;
       return;
     }
     auto* exe = new Executable();
