@@ -9,10 +9,12 @@
 #include "host_allocator.h"
 #include "kernel_abi.h"
 #include "kernel_registration.h"
+#include "kernel_trace.h"
 #include "meta.h"
 #include "minimal_ops.h"
 #include "op_rules.h"
 #include "op_stats.h"
+#include "profiler_stubs.h"
 #include "loaded_plugin.h"
 #include "streams.h"
 
@@ -289,6 +291,8 @@ py::dict register_backend(const std::vector<std::string>& disabled_list) {
   register_allocator();
   register_device_guard();
   register_hooks();
+  register_profiler_stubs();
+  register_kernel_trace();
 
   Libraries& libs = libraries();
   libs.aten = std::make_unique<torch::Library>(

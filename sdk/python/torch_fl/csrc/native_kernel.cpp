@@ -4,6 +4,7 @@
 #include "fallback.h"
 #include "generator.h"
 #include "kernel_abi.h"
+#include "kernel_trace.h"
 #include "marshal.h"
 #include "streams.h"
 
@@ -168,8 +169,18 @@ bool NativeKernel::launch(
   if (spec_.flags & TFL_KERNEL_RANDOM) {
     reserve_random(sig_, args, call.device, ops, kernel_call.context());
   }
-  return kernel_call.run(
+  // Timed on its stream only while a profiler session records device
+  // activities (kernel_trace.h).
+  std::optional<TracedLaunch> traced;
+  if (kernel_trace_recording()) {
+    traced.emplace(call.device, sig_.name);
+  }
+  const bool launched = kernel_call.run(
       spec_.fn, s.values.data(), s.values.size(), s.outputs.data(), s.outputs.size(), declined);
+  if (traced) {
+    traced->finish(launched);
+  }
+  return launched;
 }
 
 void NativeKernel::push_results(torch::jit::Stack* stack, size_t nargs, Operands& ops) const {
