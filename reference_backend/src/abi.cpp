@@ -47,9 +47,9 @@ TFL_Error* Plugin_Initialize(TFL_Plugin_Initialize_Args* args) {
     TFL_CHECK_ARGS(args, TFL_Plugin_Initialize_Args);
     if (args->host_abi_major != TFL_ABI_MAJOR)
       fail(TFL_ERR_ABI_MISMATCH,
-                  cat("the host speaks torch-fl ABI ", args->host_abi_major, ".", args->host_abi_minor,
-                      " but flemu was built for ABI ", TFL_ABI_MAJOR, ".", TFL_ABI_MINOR,
-                      "; the major versions must match (rebuild flemu against the host's headers)"));
+           cat("the host speaks torch-fl ABI ", args->host_abi_major, ".", args->host_abi_minor,
+               " but flemu was built for ABI ", TFL_ABI_MAJOR, ".", TFL_ABI_MINOR,
+               "; the major versions must match (rebuild flemu against the host's headers)"));
     if (args->num_options > 0 && (args->option_keys == nullptr || args->option_values == nullptr))
       invalid_argument("num_options is ", args->num_options, " but option_keys or option_values is NULL");
     Config cfg = load_config(args->option_keys, args->option_values, args->num_options);

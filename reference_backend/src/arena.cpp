@@ -30,7 +30,7 @@ Arena::Arena(int32_t device, uint64_t capacity, bool strict, bool guards)
     const int e = errno;
     close(fd_);
     fail(TFL_ERR_DEVICE, cat("cannot size the memory of device ", device, " to ", capacity_,
-                                    " bytes: ", std::strerror(e)));
+                             " bytes: ", std::strerror(e)));
   }
   const int flags = MAP_SHARED | MAP_NORESERVE;
   void* dev = mmap(nullptr, capacity_, strict ? PROT_NONE : PROT_READ | PROT_WRITE, flags, fd_, 0);
@@ -38,7 +38,7 @@ Arena::Arena(int32_t device, uint64_t capacity, bool strict, bool guards)
     const int e = errno;
     close(fd_);
     fail(TFL_ERR_DEVICE, cat("cannot map ", capacity_, " bytes for device ", device, ": ",
-                                    std::strerror(e), " (lower FLEMU_MEMORY_BYTES)"));
+                             std::strerror(e), " (lower FLEMU_MEMORY_BYTES)"));
   }
   device_map_ = static_cast<char*>(dev);
   alias_ = device_map_;
@@ -49,7 +49,7 @@ Arena::Arena(int32_t device, uint64_t capacity, bool strict, bool guards)
       munmap(device_map_, capacity_);
       close(fd_);
       fail(TFL_ERR_DEVICE, cat("cannot map the strict-mode alias of device ", device, ": ",
-                                      std::strerror(e)));
+                               std::strerror(e)));
     }
     alias_ = static_cast<char*>(alias);
   }
@@ -95,9 +95,9 @@ void* Arena::allocate(uint64_t size) {
   if (need > capacity_ || it == free_by_size_.end()) {
     const uint64_t largest = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
     fail(TFL_ERR_OUT_OF_MEMORY,
-                cat("out of memory on device ", device_, ": requested ", size, " bytes, ",
-                    capacity_ - allocated_bytes_, " bytes free of ", capacity_,
-                    " total (largest free block ", largest, " bytes)"));
+         cat("out of memory on device ", device_, ": requested ", size, " bytes, ",
+             capacity_ - allocated_bytes_, " bytes free of ", capacity_,
+             " total (largest free block ", largest, " bytes)"));
   }
   const uint64_t block_size = it->first, offset = it->second;
   free_by_size_.erase(it);
@@ -138,7 +138,7 @@ void Arena::free(void* ptr, bool leak) {
   }
   if (!broken.empty())
     fail(TFL_ERR_INTERNAL, cat("out-of-bounds write found when the memory was freed: ", broken,
-                                      " (guard regions of FLEMU_CHECK_CONTRACTS=1)"));
+                               " (guard regions of FLEMU_CHECK_CONTRACTS=1)"));
 }
 
 void Arena::paint_guards(uint64_t user, const Block& b) {

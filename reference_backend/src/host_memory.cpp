@@ -19,7 +19,7 @@ void* HostMemory::allocate(uint64_t size) {
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
     fail(TFL_ERR_OUT_OF_MEMORY,
-                cat("cannot allocate ", size, " bytes of pinned host memory: ", std::strerror(errno)));
+         cat("cannot allocate ", size, " bytes of pinned host memory: ", std::strerror(errno)));
   std::lock_guard<std::mutex> lock(mu_);
   blocks_.emplace(reinterpret_cast<uintptr_t>(p), size);
   return p;

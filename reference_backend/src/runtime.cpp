@@ -31,8 +31,8 @@ Runtime& runtime() {
   if (rt == nullptr) {
     if (g_forked.load())
       fail(TFL_ERR_UNAVAILABLE,
-                  "this process was forked from one that had initialized flemu; its devices stay with the parent "
-                  "(call Plugin_Initialize in the child to get its own)");
+           "this process was forked from one that had initialized flemu; its devices stay with the parent "
+           "(call Plugin_Initialize in the child to get its own)");
     invalid_argument("the plugin is not initialized (call Plugin_Initialize first)");
   }
   return *rt;

@@ -364,7 +364,7 @@ ConvGeom make_geom(const Launch& L, const TensorArg& input, const TensorArg& wei
                    size_t stride_i, size_t pad_i, size_t dil_i, bool transposed, size_t outpad_i, size_t groups_i) {
   if (input.ndim < 3 || input.ndim > 5)
     fail(TFL_ERR_UNIMPLEMENTED,
-                cat("convolution input has ", input.ndim, " dims; flemu takes 1-d to 3-d convolutions (3 to 5 dims)"));
+         cat("convolution input has ", input.ndim, " dims; flemu takes 1-d to 3-d convolutions (3 to 5 dims)"));
   if (weight.ndim != input.ndim)
     invalid_argument("weight has ", weight.ndim, " dims but the input has ", input.ndim,
                      "; expected (out_channels, in_channels/groups, kernel...) for a ", input.ndim - 2, "-d convolution");

@@ -175,7 +175,7 @@ void launch_foreach(const Launch& L, Op op, int extra_lists, size_t scalar_i, bo
       const TensorArg t = L.tensor(lists[static_cast<size_t>(k)][i], kNames[k]);
       if (t.dtype != j.dtype)
         fail(TFL_ERR_UNIMPLEMENTED, cat(kNames[k], "[", i, "] has dtype ", dtype_name(t.dtype), ", self has ",
-                                               dtype_name(j.dtype)));
+                                        dtype_name(j.dtype)));
       bool same = t.ndim == self.ndim;
       for (int32_t d = 0; same && d < t.ndim; ++d) same = t.sizes[d] == self.sizes[d];
       if (!same) invalid_argument(kNames[k], "[", i, "] must have the shape of self[", i, "]");

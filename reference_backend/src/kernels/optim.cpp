@@ -93,7 +93,7 @@ std::vector<Slot> collect(const Launch& L, const std::vector<std::vector<const T
       const TensorArg t = L.tensor(lists[k][i], names[k]);
       if (!same_layout(t, p))
         fail(TFL_ERR_UNIMPLEMENTED,
-                    cat(names[k], "[", i, "] does not have the dtype, shape and strides of ", names[0], "[", i, "]"));
+             cat(names[k], "[", i, "] does not have the dtype, shape and strides of ", names[0], "[", i, "]"));
       slots[i].ptr[k] = t.data;
     }
   }

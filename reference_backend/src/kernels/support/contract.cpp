@@ -89,7 +89,7 @@ class ContractCheck {
   template <class... Parts>
   [[noreturn]] void violated(const std::string& argument, Parts&&... parts) const {
     fail(TFL_ERR_INTERNAL, cat("host contract violated: ", op_, " (", variant_name(variant_), "): ", argument,
-                                      " ", std::forward<Parts>(parts)...));
+                               " ", std::forward<Parts>(parts)...));
   }
 
   void collect() {
@@ -356,7 +356,7 @@ void check_guards_after_task(const std::vector<GuardedAllocation>& guarded) {
     const std::string broken = g.arena->check_guards(g.start);
     if (!broken.empty())
       fail(TFL_ERR_INTERNAL,
-                  cat("wrote out of bounds: ", broken, " (guard regions of FLEMU_CHECK_CONTRACTS=1)"));
+           cat("wrote out of bounds: ", broken, " (guard regions of FLEMU_CHECK_CONTRACTS=1)"));
   }
 }
 

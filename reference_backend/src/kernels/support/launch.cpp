@@ -17,14 +17,14 @@ void check_dtype_enabled(int32_t dtype, const char* what) {
   const int64_t size = dtype_size(dtype);
   if (size == 0) {
     fail(TFL_ERR_UNIMPLEMENTED,
-                cat(what, " has dtype ", dtype_name(dtype), ", which flemu kernels do not support"));
+         cat(what, " has dtype ", dtype_name(dtype), ", which flemu kernels do not support"));
   }
   if (kernel_settings().enabled_dtypes & TFL_DTYPE_BIT(dtype)) return;
   const char* var = dtype == TFL_DTYPE_FLOAT64   ? "FLEMU_FP64"
                     : dtype == TFL_DTYPE_FLOAT16 ? "FLEMU_FP16"
                                                  : "FLEMU_BF16";
   fail(TFL_ERR_UNIMPLEMENTED,
-              cat(what, " has dtype ", dtype_name(dtype), ", which is disabled on this device (", var, "=0)"));
+       cat(what, " has dtype ", dtype_name(dtype), ", which is disabled on this device (", var, "=0)"));
 }
 
 bool TensorArg::is_contiguous() const {
@@ -72,7 +72,7 @@ Launch::Launch(const TFL_Kernel_Args* args, int32_t id, const KernelContract* co
     if (s.inject_error_async) inject_async_ = true;
     else
       fail(s.inject_error_code,
-                  cat("injected failure at launch (FLEMU_INJECT_ERROR=", name(), ":", s.inject_error_code, ")"));
+           cat("injected failure at launch (FLEMU_INJECT_ERROR=", name(), ":", s.inject_error_code, ")"));
   }
 }
 

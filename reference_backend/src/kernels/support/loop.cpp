@@ -92,7 +92,7 @@ LoopPlan make_loop(const TensorArg* const* operands, int nops, const char* const
   }
   if (m > kMaxLoopDims)
     fail(TFL_ERR_UNIMPLEMENTED, cat("the operands need ", m, " loop dimensions after merging; flemu handles up to ",
-                                           kMaxLoopDims));
+                                    kMaxLoopDims));
   p.ndim = m;
   for (int i = 0; i < m; ++i) {
     p.sizes[i] = msizes[i];
