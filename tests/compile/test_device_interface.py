@@ -24,10 +24,11 @@ def test_dynamo_device_interface_is_the_device_module() -> None:
         assert iface.current_stream().device_index == 1
     assert iface.exchange_device(1) == 0 and iface.exchange_device(0) == 1
     assert issubclass(iface.Event, torch.Event) and issubclass(iface.Stream, torch.Stream)
-    event = iface.Event(enable_timing=True)
+    event, later = iface.Event(enable_timing=True), iface.Event(enable_timing=True)
     event.record()
-    event.synchronize()
-    assert event.query()
+    later.record()
+    later.synchronize()
+    assert event.query() and event.elapsed_time(later) >= 0.0
     assert iface.Worker.get_device_properties(1).index == 1
     with pytest.raises(RuntimeError, match='backend="torchfl"'):
         iface.raise_if_triton_unavailable()

@@ -135,17 +135,18 @@ def make_device_module(name: str, info: dict[str, Any]) -> types.ModuleType:
             )
 
     class Event(torch.Event):
-        """An event of this device (torch.Event with the device type filled in)."""
+        """Makes an event of this device: a torch.Event with the device filled in.
 
-        def __new__(cls, enable_timing: bool = False, blocking: bool = False,
-                    interprocess: bool = False, device: Any = None) -> Event:
-            return super().__new__(
-                cls, device=torch.device(name, _index(device)), enable_timing=enable_timing,
+        A class deriving from torch.Event, as Dynamo expects of a device's Event,
+        whose instances are plain torch.Events: torch 2.13's elapsed_time and
+        wait take exactly that type."""
+
+        def __new__(cls, enable_timing: bool = False, blocking: bool = False,  # type: ignore[misc]
+                    interprocess: bool = False, device: Any = None) -> torch.Event:
+            return torch.Event(
+                device=torch.device(name, _index(device)), enable_timing=enable_timing,
                 blocking=blocking, interprocess=interprocess,
             )
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            pass
 
     def _wrap(raw: tuple[int, int, int]) -> Stream:
         stream_id, device_index, device_type = raw
