@@ -29,6 +29,7 @@ run that showed it, by how they ran (native, decomposed, fallback, failed).
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import itertools
 import traceback
@@ -434,10 +435,11 @@ class _Sweep:
 
     def _cpu(self, sample: Any, call: Any, grad: bool, seed: int | None = None,
              probe: _SeededOpProbe | None = None) -> _Run:
+        """A CPU run, under the same kernel watch as a device run: a few operators
+        behave otherwise under any Python dispatch mode (linalg.matrix_rank's out=
+        is left unwritten), and both sides must meet the same instrumentation."""
         _seed(self.seed if seed is None else seed, self.device)
-        if probe is None:
-            return self._call(sample, call, "cpu", grad)
-        with probe.mode:
+        with watching(), probe.mode if probe is not None else contextlib.nullcontext():
             return self._call(sample, call, "cpu", grad)
 
     def _device(self, sample: Any, call: Any, grad: bool, args_on_cpu: bool = False) -> _Run:
