@@ -27,14 +27,15 @@
  * in-place and out= overloads with the same arguments (unless
  * TFL_KERNEL_NO_DERIVED_VARIANTS); ctx->variant says which one is running.
  * For in-place, outputs[0] is the same memory as inputs[0] (same data,
- * sizes and strides) whenever both have one dtype; for out=, outputs are the
- * user's out tensors, already resized. The flags hold for every variant:
+ * sizes and strides); for out=, outputs are the user's out tensors (or
+ * temporaries standing in for them, see below), already resized. The flags hold for every variant:
  * when the caller's self or out tensor is not what the flags promise (a
  * strided view for a CONTIGUOUS kernel, another dtype than the result's, an
  * out tensor that overlaps an input), the kernel gets a dense temporary that
  * the host copies back afterwards. An in-place call whose result dtype
- * differs from what inputs[0] holds (an in-place comparison) gets its result
- * buffer in outputs[0] apart from inputs[0]. In-place overloads without
+ * differs from what inputs[0] holds (an in-place comparison: a bool result
+ * into a float self) runs as the out= variant into a temporary of the result
+ * dtype, which the host casts into self. In-place overloads without
  * returns (_foreach_add_) write their self through the input descriptors.
  * Arguments an operator mutates (running statistics, optimizer state) are
  * written through their input descriptors, under the same rules.

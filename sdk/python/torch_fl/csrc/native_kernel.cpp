@@ -165,7 +165,7 @@ bool NativeKernel::launch(
   marshal_call(sig_, args, call, ops, s);
   KernelCall kernel_call(
       call.device, StreamRegistry::get().current_native(call.device), sig_.name.c_str(),
-      spec_.user_data, sig_.variant);
+      spec_.user_data, ops.variant);
   if (spec_.flags & TFL_KERNEL_RANDOM) {
     reserve_random(sig_, args, call.device, ops, kernel_call.context());
   }

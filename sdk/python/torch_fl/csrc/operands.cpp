@@ -157,9 +157,11 @@ class Builder {
       ops_.outputs.push_back(buffer);
       return;
     }
+    // Not one buffer: the functional kernel's out= form into a temporary.
     uint8_t broadcast = 0;
     ops_.inputs[0] = read_only(self, &broadcast);
     ops_.outputs.push_back(temporary_for(self, result, /*copy_in=*/false));
+    ops_.variant = TFL_VARIANT_OUT;
   }
 
   // An out= tensor (or a return of a non-derived in-place kernel).
@@ -227,6 +229,7 @@ void prepare_operands(
     const CallShape& call,
     Operands& ops) {
   const Signature& sig = *rules.sig;
+  ops.variant = sig.variant;
   Builder b(rules, call, meta, ops);
   // A derived in-place self is decided with the outputs (it is one of them).
   // In-place overloads that return nothing (_foreach_add_) write their

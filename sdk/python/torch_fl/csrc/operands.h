@@ -8,10 +8,11 @@
 //     optimizer state) — is handed over as it is when it already keeps the
 //     promises and overlaps no input; otherwise the kernel works on a dense
 //     temporary holding its values, which is copied back after the launch;
-//   - for the in-place variant outputs[0] and inputs[0] are one buffer,
-//     unless the operator's result dtype differs from what inputs[0] must hold
-//     (an in-place comparison: bool result into a float self), in which case
-//     outputs[0] is a temporary of the result dtype.
+//   - for the in-place variant outputs[0] and inputs[0] are one buffer; a
+//     derived in-place call whose result dtype differs from what inputs[0]
+//     must hold (an in-place comparison: a bool result into a float self)
+//     runs as the functional kernel's out= form into a temporary of the
+//     result dtype, cast into self afterwards (Operands::variant says so).
 //
 // So a kernel written for the functional overload serves in-place and out=
 // calls on views, transposes and mixed dtypes with the results PyTorch gives.
@@ -40,6 +41,7 @@ struct Operands {
   c10::SmallVector<at::Tensor, 4> outputs; // what the kernel writes
   c10::SmallVector<at::Tensor, 4> targets; // what the caller gets back (in-place/out=)
   c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 2> copy_back; // (caller's tensor, temporary)
+  int32_t variant = 0; // TFL_KernelVariant the kernel is told (ctx->variant)
 };
 
 struct OperandRules {
