@@ -62,6 +62,24 @@ void honest_calls_pass() {
   // Dense operands for a dense kernel, mixed dtypes where the kernel does not promote.
   Tensor s = make_tensor(TFL_DTYPE_FLOAT32, {4, 3});
   CHECK_OK(launch("aten::_softmax", {tv(x.t()), iv(1), bv(false)}, {s.t()}));
+  // Dense as PyTorch's is_contiguous() has it: a size-1 dim's stride does not
+  // matter, nor do the strides of a tensor without elements ((1, 1, 1) is what
+  // PyTorch gives an empty tensor of sizes (5, 0, 0)).
+  Tensor rows = make_tensor(TFL_DTYPE_FLOAT32, {4, 1, 3}, {3, 99, 1});
+  upload(rows, a);
+  Tensor rows_out = make_tensor(TFL_DTYPE_FLOAT32, {4, 1, 3}, {3, 7, 1});
+  CHECK_OK(launch("aten::_softmax", {tv(rows.t()), iv(-1), bv(false)}, {rows_out.t()}));
+  Tensor rows_grad = make_tensor(TFL_DTYPE_FLOAT32, {4, 1, 3}, {3, 0, 1});
+  CHECK_OK(launch("aten::_log_softmax_backward_data",
+                  {tv(rows.t()), tv(rows_out.t()), iv(-1), stype(TFL_DTYPE_FLOAT32)}, {rows_grad.t()}));
+  const std::pair<std::vector<int64_t>, std::vector<int64_t>> empty_layouts[] = {
+      {{5, 0, 0}, {1, 1, 1}}, {{0, 3}, {7, 5}}, {{2, 0, 4}, {0, 9, 3}}};
+  for (const auto& [sizes, strides] : empty_layouts) {
+    Tensor e = make_tensor(TFL_DTYPE_FLOAT32, sizes, strides), eo = make_tensor(TFL_DTYPE_FLOAT32, sizes, strides);
+    Tensor eg = make_tensor(TFL_DTYPE_FLOAT32, sizes, strides);
+    CHECK_OK(launch("aten::_softmax", {tv(e.t()), iv(-1), bv(false)}, {eo.t()}));
+    CHECK_OK(launch("aten::_softmax_backward_data", {tv(e.t()), tv(eo.t()), iv(0), stype(TFL_DTYPE_FLOAT32)}, {eg.t()}));
+  }
   Tensor idx = make_tensor(TFL_DTYPE_INT64, {2});
   upload(idx, {0, 2});
   Tensor picked = make_tensor(TFL_DTYPE_FLOAT32, {2, 3});

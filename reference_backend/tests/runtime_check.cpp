@@ -1083,6 +1083,21 @@ static void test_kernel_validation() {
     CHECK_ERR(launch("aten::neg", {tv(&as16)}, {&as16}), TFL_ERR_UNIMPLEMENTED, "FLEMU_FP16=0");
     free_tensor(h);
   }
+  // gather and scatter look at an index's dtype only when it has elements, as
+  // PyTorch does; an int32/int64 index is what they expect.
+  {
+    Tensor self = make_tensor(TFL_DTYPE_FLOAT32, {3, 4});
+    Tensor empty_u8 = make_tensor(TFL_DTYPE_UINT8, {0}), none = make_tensor(TFL_DTYPE_FLOAT32, {0});
+    CHECK_OK(launch("aten::gather", {tv(self.t()), iv(0), tv(empty_u8.t()), bv(false)}, {none.t()}));
+    Tensor u8 = make_tensor(TFL_DTYPE_UINT8, {3, 2}), picked = make_tensor(TFL_DTYPE_FLOAT32, {3, 2});
+    CHECK_ERR(launch("aten::gather", {tv(self.t()), iv(1), tv(u8.t()), bv(false)}, {picked.t()}),
+              TFL_ERR_INVALID_ARGUMENT, "gather: index must be an int32 or int64 tensor, got uint8");
+    Tensor out = make_tensor(TFL_DTYPE_FLOAT32, {3, 4});
+    CHECK_ERR(launch("aten::scatter.value", {tv(self.t()), iv(1), tv(u8.t()), dv(1.0)}, {out.t()}),
+              TFL_ERR_INVALID_ARGUMENT, "scatter: index must be an int32 or int64 tensor, got uint8");
+    CHECK_OK(stream_sync(g_streams[0]));
+    for (Tensor* t : {&self, &empty_u8, &none, &u8, &picked, &out}) free_tensor(*t);
+  }
   // Complex is never taken.
   TFL_Tensor cplx = *f.t();
   cplx.dtype = TFL_DTYPE_COMPLEX64;

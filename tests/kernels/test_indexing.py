@@ -194,6 +194,45 @@ def test_gather_scatter(dtype: torch.dtype) -> None:
                 assert outs[3].cpu()[r, col] == src[r, j], f"scatter row {r} col {col}"
 
 
+@pytest.mark.parametrize("dtype", (torch.uint8, torch.int8, torch.bool, torch.float32, torch.int64), ids=str)
+def test_gather_scatter_with_an_empty_index(dtype: torch.dtype) -> None:
+    """An index without elements selects nothing: PyTorch looks at neither its
+    dtype nor its shape (OpInfo's gather samples pass an empty uint8 index)."""
+    x = make((4, 6), torch.float32, seed=30)
+    src = make((4, 6), torch.float32, seed=31)
+    flat = torch.empty(0, dtype=dtype)  # 1-D beside a 2-D self
+    cols = torch.empty((4, 0), dtype=dtype)
+
+    def run() -> list[torch.Tensor]:
+        xd, sd, fd, cd = x.to("flemu"), src.to("flemu"), flat.to("flemu"), cols.to("flemu")
+        inplace = xd.clone()
+        inplace.scatter_add_(1, cd, sd)
+        return [torch.gather(xd, 0, fd), torch.gather(xd, 1, cd), xd.scatter(0, fd, sd), xd.scatter(1, cd, 2.5),
+                xd.scatter_add(0, fd, sd), inplace]
+
+    outs = run_native(run, ["aten::gather", "aten::scatter.src", "aten::scatter.value", "aten::scatter_add",
+                            "aten::scatter_add_"])
+    assert_close(outs, [torch.gather(x, 0, flat), torch.gather(x, 1, cols), x.scatter(0, flat, src),
+                        x.scatter(1, cols, 2.5), x.scatter_add(0, flat, src), x.clone().scatter_add_(1, cols, src)])
+
+
+def test_gather_scatter_with_0_dim_tensors() -> None:
+    """PyTorch counts a 0-dim self or index as one dim of size 1."""
+    x0 = make((), torch.float32, seed=32)
+    x1 = make((5,), torch.float32, seed=33)
+    one, scalar = torch.tensor([0]), torch.tensor(3)
+
+    def run() -> list[torch.Tensor]:
+        d0, d1 = x0.to("flemu"), x1.to("flemu")
+        return [torch.gather(d0, 0, one.to("flemu")), torch.gather(d0, 0, torch.tensor(0).to("flemu")),
+                torch.gather(d1, 0, scalar.to("flemu")), d1.scatter(0, scalar.to("flemu"), 7.0),
+                d0.scatter(0, one.to("flemu"), 2.0)]
+
+    outs = run_native(run, ["aten::gather", "aten::scatter.value"])
+    assert_close(outs, [torch.gather(x0, 0, one), torch.gather(x0, 0, torch.tensor(0)), torch.gather(x1, 0, scalar),
+                        x1.scatter(0, scalar, 7.0), x0.scatter(0, one, 2.0)])
+
+
 def test_gather_backward_uses_scatter_add() -> None:
     x = make((3, 5), torch.float32, seed=26)
     idx = torch.tensor([[0, 0, 4], [1, 2, 3], [4, 4, 4]])

@@ -1,6 +1,6 @@
 """Pooling and resampling on flemu against the CPU: max_pool2d with indices
 (stride, padding, dilation, ceil_mode, NaN), avg_pool2d (count_include_pad,
-divisor_override, ceil_mode), adaptive average pooling (divisible and
+divisor_override, a negative one too, ceil_mode), adaptive average pooling (divisible and
 non-divisible output sizes, and the 1x1 global pool nn.AdaptiveAvgPool2d
 turns into a mean), nearest upsampling by size and by scale factor; forward
 and backward, batched and unbatched, non-contiguous and channels-last inputs,
@@ -62,6 +62,21 @@ def test_strided(name: str, shape: tuple[int, ...], fn, ops: tuple[str, ...], la
 def test_other_dtypes(name: str, shape: tuple[int, ...], fn, ops: tuple[str, ...], dtype: torch.dtype) -> None:
     # Max pooling picks, averages sum a handful of values: a few ulps of the dtype.
     check_forward_backward(fn, [make(shape, 1)], [True], dtype, ops)
+
+
+NEGATIVE_DIVISOR = [
+    ("sample", (1, 1, 4, 4), lambda x: F.avg_pool2d(x, (2, 2), (), (0,), False, True, -2)),
+    ("pad_ceil", (2, 3, 7, 6), lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, divisor_override=-5)),
+    ("pad_exclude", (2, 2, 5, 5), lambda x: F.avg_pool2d(x, 2, 1, 1, count_include_pad=False, divisor_override=-1)),
+]
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64), ids=str)
+@pytest.mark.parametrize("name,shape,fn", NEGATIVE_DIVISOR, ids=[c[0] for c in NEGATIVE_DIVISOR])
+def test_avg_pool_negative_divisor_override(name: str, shape: tuple[int, ...], fn, dtype: torch.dtype) -> None:
+    """PyTorch divides by divisor_override as given, a negative one included,
+    in the output and in the gradient."""
+    check_forward_backward(fn, [make(shape, 1)], [True], dtype, AVG_OPS)
 
 
 def test_max_pool_indices_and_nan() -> None:

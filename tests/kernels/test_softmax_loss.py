@@ -45,6 +45,44 @@ def test_softmax_half_to_float_and_masked_rows() -> None:
     assert_close(out, torch.softmax(m, -1))
 
 
+# Layouts PyTorch's is_contiguous() accepts though their strides are not the
+# row-major ones: no elements (any strides; (1, 1, 1) is what empty tensors of
+# sizes (5, 0, 0) get), and a size-1 dim with any stride.
+CONTIGUOUS_LAYOUTS = [
+    ((5, 0, 0), (1, 1, 1)),
+    ((0, 3), (7, 5)),
+    ((2, 0, 4), (0, 9, 3)),
+    ((4, 1, 3), (3, 99, 1)),
+    ((1, 6), (2, 1)),
+]
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize("sizes,strides", CONTIGUOUS_LAYOUTS, ids=lambda v: "x".join(map(str, v)))
+def test_softmax_of_any_layout_pytorch_calls_contiguous(sizes: tuple[int, ...], strides: tuple[int, ...],
+                                                         log: bool) -> None:
+    """The kernels ask for dense operands; what the host rightly calls dense
+    runs natively, forward and backward."""
+    fn = F.log_softmax if log else F.softmax
+    assert torch.empty_strided(sizes, strides).is_contiguous(), "the case must be contiguous to PyTorch"
+    x = make(sizes, torch.float32, seed=4, low=-3, high=3)
+    g = make(sizes, torch.float32, seed=5)
+    xc = x.clone().requires_grad_()
+    ref = fn(xc, dim=-1)
+    ref.backward(g)
+    name = "_log_softmax" if log else "_softmax"
+
+    def run() -> tuple[torch.Tensor, torch.Tensor]:
+        xd = torch.empty_strided(sizes, strides, device="flemu").copy_(x.to("flemu")).requires_grad_()
+        out = fn(xd, dim=-1)
+        out.backward(torch.empty_strided(sizes, strides, device="flemu").copy_(g.to("flemu")))
+        return out.detach(), xd.grad
+
+    out, grad = run_native(run, [f"aten::{name}", f"aten::{name}_backward_data"])
+    assert_close(out, ref.detach(), **tol(torch.float32, 4))
+    assert_close(grad, xc.grad, **tol(torch.float32, 4))
+
+
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("weighted", [False, True], ids=["plain", "weighted"])
 def test_cross_entropy(reduction: str, weighted: bool) -> None:

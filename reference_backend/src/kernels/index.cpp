@@ -62,7 +62,13 @@ int64_t wrap_dim(int64_t dim, int32_t ndim, const char* op) {
 
 void require_index(const TensorArg& t, const char* op) {
   if (t.dtype != TFL_DTYPE_INT64 && t.dtype != TFL_DTYPE_INT32)
-    invalid_argument(op, ": index must be an int64 (or int32) tensor, got ", dtype_name(t.dtype));
+    invalid_argument(op, ": index must be an int32 or int64 tensor, got ", dtype_name(t.dtype));
+}
+
+// gather and scatter, as PyTorch checks them: an index without elements
+// selects nothing, so neither its dtype nor its shape is looked at.
+void require_gather_index(const TensorArg& t, const char* op) {
+  if (t.numel > 0) require_index(t, op);
 }
 
 inline int64_t load_index(const char* p, int32_t dtype) {
@@ -334,11 +340,24 @@ TFL_Error* kernel_triu(const TFL_Kernel_Args* args) {
 
 namespace {
 
-// `t` seen with the sizes of `shape` and a zero stride in `dim`.
+// `t` seen with the sizes of `shape` and a zero stride in `dim`. As in
+// PyTorch, a 0-dim tensor counts as one dim of size 1 here: a 0-dim self takes
+// a one-element 1-D index, a 1-D self a 0-dim index.
 View along_index(const TensorArg& t, const TensorArg& shape, int64_t dim, const char* op, const char* what) {
   View v(t);
-  if (t.ndim != shape.ndim)
+  if (std::max(t.ndim, 1) != std::max(shape.ndim, 1))
     invalid_argument(op, ": index has ", shape.ndim, " dims but ", what, " has ", t.ndim, "; they must match");
+  if (t.ndim != shape.ndim) {  // one of them is 0-dim: one element along one dim at most
+    v.arg.ndim = shape.ndim;
+    for (int32_t d = 0; d < shape.ndim; ++d) {
+      if (shape.sizes[d] > 1 && t.ndim == 0)
+        invalid_argument(op, ": index has size ", shape.sizes[d], " but ", what, " is 0-dim");
+      v.sizes[d] = shape.sizes[d];
+      v.strides[d] = 0;
+    }
+    v.refresh_numel();
+    return v;
+  }
   for (int32_t d = 0; d < t.ndim; ++d) {
     if (d != dim && shape.sizes[d] > t.sizes[d])
       invalid_argument(op, ": index has size ", shape.sizes[d], " in dim ", d, " but ", what, " only ", t.sizes[d]);
@@ -355,7 +374,7 @@ TFL_Error* kernel_gather(const TFL_Kernel_Args* args) {
   // gather(self, dim, index, *, sparse_grad=False): out[p] = self[p with dim -> index[p]]
   return run_kernel(args, kGather, [&](Launch& L) {
     const TensorArg self = L.input_tensor(0, "self"), index = L.input_tensor(2, "index"), out = L.output(0, "out");
-    require_index(index, "gather");
+    require_gather_index(index, "gather");
     require_same_dtype("gather", out, {&self});
     const int64_t dim = wrap_dim(L.scalar(1, "dim").to_int(), self.ndim, "gather");
     if (out.numel == 0) return;
@@ -386,7 +405,7 @@ enum class Scatter { Assign, Add, Value };
 void launch_scatter(const Launch& L, Scatter kind, const char* op) {
   // scatter*(self, dim, index, src|value): out = self, then out[p with dim -> index[p]] (+)= src[p]
   const TensorArg self = L.input_tensor(0, "self"), index = L.input_tensor(2, "index"), out = L.output(0, "out");
-  require_index(index, op);
+  require_gather_index(index, op);
   require_same_dtype(op, out, {&self});
   const int64_t dim = wrap_dim(L.scalar(1, "dim").to_int(), self.ndim, op);
   if (out.numel != self.numel) invalid_argument(op, ": out must have the shape of self");
@@ -394,22 +413,23 @@ void launch_scatter(const Launch& L, Scatter kind, const char* op) {
   if (out.data != self.data && out.numel > 0) copy = std::make_shared<const LoopPlan>(copy_plan(out, self));
   ScalarArg value;
   View src(kind == Scatter::Value ? self : L.input_tensor(3, "src"));
-  if (kind == Scatter::Value) {
-    value = L.scalar(3, "value");
-  } else {
-    require_same_dtype(op, out, {&src.arg});
-    if (src.arg.ndim != index.ndim) invalid_argument(op, ": index and src must have the same number of dims");
-    for (int32_t d = 0; d < index.ndim; ++d)
-      if (index.sizes[d] > src.sizes[d])
-        invalid_argument(op, ": index has size ", index.sizes[d], " in dim ", d, " but src only ", src.sizes[d]);
-    for (int32_t d = 0; d < index.ndim; ++d) src.sizes[d] = index.sizes[d];
-    src.refresh_numel();
-  }
-  const View dst = along_index(out, index, dim, op, "self");
-  const TensorArg* ops[] = {&index, &dst.arg, &src.arg};
-  const char* names[] = {"index", "self", "src"};
+  if (kind == Scatter::Value) value = L.scalar(3, "value");
+  else require_same_dtype(op, out, {&src.arg});
   std::shared_ptr<const LoopPlan> plan;
-  if (index.numel > 0) plan = std::make_shared<const LoopPlan>(make_loop(ops, kind == Scatter::Value ? 2 : 3, names));
+  if (index.numel > 0) {  // an empty index writes nothing, whatever its shape (out is self's copy)
+    if (kind != Scatter::Value) {
+      if (src.arg.ndim != index.ndim) invalid_argument(op, ": index and src must have the same number of dims");
+      for (int32_t d = 0; d < index.ndim; ++d)
+        if (index.sizes[d] > src.sizes[d])
+          invalid_argument(op, ": index has size ", index.sizes[d], " in dim ", d, " but src only ", src.sizes[d]);
+      for (int32_t d = 0; d < index.ndim; ++d) src.sizes[d] = index.sizes[d];
+      src.refresh_numel();
+    }
+    const View dst = along_index(out, index, dim, op, "self");
+    const TensorArg* ops[] = {&index, &dst.arg, &src.arg};
+    const char* names[] = {"index", "self", "src"};
+    plan = std::make_shared<const LoopPlan>(make_loop(ops, kind == Scatter::Value ? 2 : 3, names));
+  }
   const int64_t size = out.ndim ? out.sizes[dim] : 1;
   const int64_t step = (out.ndim ? out.strides[dim] : 0) * out.itemsize;
   const int32_t idt = index.dtype;

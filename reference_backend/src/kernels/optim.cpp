@@ -24,6 +24,7 @@ std::vector<const TFL_Tensor*> tensor_list(const Launch& L, size_t i, const char
 
 // True when the tensor covers a dense block of memory in some dim order.
 bool dense_any_order(const TensorArg& t) {
+  if (t.numel == 0) return true;  // whatever its strides: there is nothing to stream
   std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
   for (int32_t d = 0; d < t.ndim; ++d)
     if (t.sizes[d] != 1) dims.emplace_back(t.strides[d], t.sizes[d]);

@@ -174,13 +174,17 @@ void run_max_pool_backward(const Planes& g, const Planes& ind, const Planes& gi)
 
 struct AvgOpts {
   bool count_include_pad = true;
-  int64_t divisor = 0;  // divisor_override, 0 when absent
+  int64_t divisor = 0;  // divisor_override as given (negative too), 0 when absent
 };
 
 // The clipped window of output (oh, ow) and its divisor, as PyTorch defines them.
 struct AvgCell {
   int64_t h0, h1, w0, w1;
   double div;
+
+  // A window wholly in the padding (ceil_mode) averages nothing: its output
+  // is 0 and it passes no gradient, whatever the divisor.
+  bool empty() const { return h0 >= h1 || w0 >= w1; }
 };
 
 inline AvgCell avg_cell(const Window& w, const AvgOpts& o, int64_t H, int64_t W, int64_t oh, int64_t ow) {
@@ -211,7 +215,7 @@ void run_avg_pool(const Planes& in, const Planes& out, Window w, AvgOpts o) {
           C s = 0;
           for (int64_t ih = c.h0; ih < c.h1; ++ih)
             for (int64_t iw = c.w0; iw < c.w1; ++iw) s += static_cast<C>(to_compute(x[ih * in.sh + iw * in.sw]));
-          y[oh * out.sh + ow * out.sw] = convert<T>(c.div > 0 ? s / static_cast<C>(c.div) : C(0));
+          y[oh * out.sh + ow * out.sw] = convert<T>(c.empty() ? C(0) : s / static_cast<C>(c.div));
         }
     }
   });
@@ -228,7 +232,7 @@ void run_avg_pool_backward(const Planes& g, const Planes& gi, Window w, AvgOpts 
       for (int64_t oh = 0; oh < g.H; ++oh)
         for (int64_t ow = 0; ow < g.W; ++ow) {
           const AvgCell c = avg_cell(w, o, gi.H, gi.W, oh, ow);
-          if (c.div <= 0) continue;
+          if (c.empty()) continue;
           const C v = static_cast<C>(to_compute(go[oh * g.sh + ow * g.sw])) / static_cast<C>(c.div);
           for (int64_t ih = c.h0; ih < c.h1; ++ih)
             for (int64_t iw = c.w0; iw < c.w1; ++iw) acc[static_cast<size_t>(ih * gi.W + iw)] += v;

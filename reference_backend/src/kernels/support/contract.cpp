@@ -5,6 +5,7 @@
 
 #include "../../errors.h"
 #include "dtype.h"
+#include "layout.h"
 
 namespace flemu {
 
@@ -114,15 +115,7 @@ class ContractCheck {
       }
   }
 
-  static bool dense(const TFL_Tensor& t) {
-    int64_t expected = 1;
-    for (int32_t d = t.ndim - 1; d >= 0; --d) {
-      if (t.sizes[d] == 0) return true;
-      if (t.sizes[d] != 1 && t.strides[d] != expected) return false;
-      expected *= t.sizes[d];
-    }
-    return true;
-  }
+  static bool dense(const TFL_Tensor& t) { return row_major_dense(t.ndim, t.sizes, t.strides); }
 
   static std::string layout(const TFL_Tensor& t) {
     return cat("(sizes ", dims(t.ndim, t.sizes), ", strides ", dims(t.ndim, t.strides), ")");

@@ -34,7 +34,8 @@ struct GuardedAllocation {
 //     device (data and the storage start, data - storage_offset); host
 //     tensors only as 0-dim inputs of a TFL_KERNEL_HOST_SCALARS kernel;
 //   - CONTIGUOUS_INPUTS / CONTIGUOUS_OUTPUTS: device inputs / outputs dense
-//     row-major; BROADCAST_INPUTS: device inputs shaped like outputs[0];
+//     row-major (row_major_dense, PyTorch's is_contiguous());
+//     BROADCAST_INPUTS: device inputs shaped like outputs[0];
 //     PROMOTE_INPUTS: device inputs of one dtype;
 //   - the inputs' result type (PyTorch's promotion) is in contract.dtypes;
 //   - in-place: outputs[0] is inputs[0]'s memory (data, sizes, strides);

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "layout.h"
+
 namespace flemu {
 
 KernelSettings& kernel_settings() {
@@ -27,14 +29,7 @@ void check_dtype_enabled(int32_t dtype, const char* what) {
        cat(what, " has dtype ", dtype_name(dtype), ", which is disabled on this device (", var, "=0)"));
 }
 
-bool TensorArg::is_contiguous() const {
-  int64_t expected = 1;
-  for (int32_t d = ndim - 1; d >= 0; --d) {
-    if (sizes[d] != 1 && strides[d] != expected) return false;
-    expected *= sizes[d];
-  }
-  return true;
-}
+bool TensorArg::is_contiguous() const { return row_major_dense(ndim, sizes, strides); }
 
 Launch::Launch(const TFL_Kernel_Args* args, int32_t id, const KernelContract* contract) : args_(args), id_(id) {
   TFL_CHECK_ARGS(args, TFL_Kernel_Args);

@@ -56,6 +56,7 @@ struct TensorArg {
 
   int64_t size(int32_t d) const { return sizes[d]; }
   int64_t stride(int32_t d) const { return strides[d]; }
+  // Dense row-major, as PyTorch's is_contiguous() (support/layout.h).
   bool is_contiguous() const;
 };
 

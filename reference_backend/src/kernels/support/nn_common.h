@@ -12,6 +12,7 @@
 #include "../../thread_pool.h"
 #include "dtype.h"
 #include "launch.h"
+#include "layout.h"
 #include "loop.h"
 
 namespace flemu {
@@ -100,12 +101,7 @@ inline Strided strided(const TensorArg& t, const char* what) {
 
 // True when dims [from, ndim) are row-major dense (stride 1 innermost).
 inline bool dense_from(const Strided& s, int32_t from) {
-  int64_t expected = 1;
-  for (int32_t d = s.ndim - 1; d >= from; --d) {
-    if (s.sizes[d] != 1 && s.strides[d] != expected) return false;
-    expected *= s.sizes[d];
-  }
-  return true;
+  return row_major_dense(s.ndim - from, s.sizes + from, s.strides + from);
 }
 
 inline bool dense(const Strided& s) { return dense_from(s, 0); }
