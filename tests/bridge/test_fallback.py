@@ -138,6 +138,35 @@ def test_cpu_fallback_writes_back_annotated_mutations_of_strided_arguments() -> 
             assert torch.equal(dev.cpu(), cpu), (dev.cpu(), cpu)
 
 
+def test_cpu_fallback_keeps_the_layout_of_inputs_and_of_resized_outputs() -> None:
+    """CPU kernels and their backward formulas branch on layout: linalg_det
+    factors A^T when A is contiguous and its backward asks A again, so the
+    fallback hands the CPU each input with its own strides, and an out=
+    tensor the CPU kernel resized keeps the strides it chose (an
+    F-contiguous LU) in its own storage."""
+    a = torch.tensor([[2.0, 1.0, 0.5], [0.3, 3.0, 1.0], [1.0, 0.2, 4.0]], dtype=torch.float64)
+    grad = torch.tensor([1.5, 9.0, -2.0, 9.0, 0.5, 9.0], dtype=torch.float64)[::2]  # strided on purpose
+    with torch_fl.fallback_mode("silent"):
+        _not_native("aten::_linalg_det")
+        for layout in (lambda t: t, lambda t: t.mT, lambda t: t.mT.contiguous().mT):
+            batch = torch.stack([a, 2 * a.t(), a + 1])
+            cpu = layout(batch.transpose(-2, -1)).detach().requires_grad_()
+            dev = layout(batch.transpose(-2, -1).to("flemu")).detach().requires_grad_()
+            assert dev.stride() == cpu.stride()
+            torch.linalg.det(cpu).backward(grad)
+            torch.linalg.det(dev).backward(grad.to("flemu"))
+            torch.testing.assert_close(dev.grad.cpu(), cpu.grad)
+        lu_cpu, piv_cpu = torch.empty(0, dtype=torch.float64), torch.empty(0, dtype=torch.int32)
+        lu_dev, piv_dev = lu_cpu.to("flemu"), piv_cpu.to("flemu")
+        storage = lu_dev.untyped_storage()
+        torch.linalg.lu_factor(a, out=(lu_cpu, piv_cpu))
+        torch.linalg.lu_factor(a.to("flemu"), out=(lu_dev, piv_dev))
+    assert lu_dev.stride() == lu_cpu.stride() == (1, 3)
+    assert lu_dev.untyped_storage().data_ptr() == storage.data_ptr() or storage.nbytes() == 0
+    torch.testing.assert_close(lu_dev.cpu(), lu_cpu)
+    torch.testing.assert_close(piv_dev.cpu(), piv_cpu)
+
+
 def test_decomposition_whose_outputs_disagree_with_the_meta_function_is_not_used() -> None:
     # Its decomposition runs on native parts but returns logsumexp shaped (..., L, L)
     # in the input dtype; the operator's meta function (and the CPU) give (..., L)

@@ -348,6 +348,13 @@ at::Tensor to_host(const at::Tensor& device_tensor) {
   return host;
 }
 
+at::Tensor to_host_same_layout(const at::Tensor& device_tensor) {
+  if (device_tensor.is_non_overlapping_and_dense() || device_tensor.numel() == 0) {
+    return to_host(device_tensor);
+  }
+  return read_extent(device_tensor);
+}
+
 at::Tensor to_device(const at::Tensor& host_tensor, c10::DeviceIndex device, bool non_blocking) {
   at::Tensor out = empty_device(
       host_tensor.sizes(),

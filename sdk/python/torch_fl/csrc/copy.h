@@ -23,6 +23,12 @@ void resize_storage_bytes(const c10::Storage& storage, size_t new_size);
 
 // A CPU tensor with the values of a device tensor (blocking).
 at::Tensor to_host(const at::Tensor& device_tensor);
+// The same with the device tensor's sizes and strides, gaps and stride-0
+// dimensions included (a view of a host copy of its storage extent): what
+// the CPU fallback hands a kernel, since some kernels and their backward
+// formulas branch on an input's layout (linalg_det factors A^T of a
+// contiguous A and its backward asks A again).
+at::Tensor to_host_same_layout(const at::Tensor& device_tensor);
 // A new device tensor with the values of a CPU tensor.
 at::Tensor to_device(const at::Tensor& host_tensor, c10::DeviceIndex device, bool non_blocking = false);
 

@@ -223,8 +223,9 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     numel = std::max<uint64_t>(numel, static_cast<uint64_t>(t.numel()));
     // out= tensors are overwritten: their old contents need not travel.
+    // Inputs keep their layout: some CPU kernels branch on it.
     at::Tensor host = out ? at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kCPU))
-                          : to_host(t);
+                          : to_host_same_layout(t);
     if (write) {
       mutated.push_back({t, host});
     }
@@ -289,7 +290,13 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   for (Mutated& m : mutated) {
     if (m.device.sizes() != m.host.sizes()) {
+      // The CPU kernel resized it: take the strides it chose too (a
+      // structured kernel's meta function picks them, e.g. an F-contiguous
+      // LU), in the tensor's own storage as PyTorch's out= handling does.
       m.device.resize_(m.host.sizes());
+      if (m.host.is_non_overlapping_and_dense() && m.device.strides() != m.host.strides()) {
+        m.device.as_strided_(m.host.sizes(), m.host.strides(), m.device.storage_offset());
+      }
     }
     m.device.copy_(m.host);
   }
