@@ -53,7 +53,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="OpInfo samples per op and dtype (default: the sweep's budget)")
     r.add_argument("pytest_args", nargs="*", help="extra pytest arguments after --, e.g. -k")
 
-    d = sub.add_parser("diff", help="regressions and improvements between two reports")
+    d = sub.add_parser("diff", help="regressions and improvements between two reports",
+                       description="Compares two reports, e.g. one plugin library under two "
+                                   "torch releases: a header naming both runs' plugin, torch, "
+                                   "torch-fl and suite versions; regressions and improvements "
+                                   "of level, requirements and coverage; the tests in both "
+                                   "whose outcome changed; and, apart, the tests added and "
+                                   "removed (op_db follows torch). Exit status 1 when there "
+                                   "are regressions.")
     d.add_argument("before")
     d.add_argument("after")
     d.add_argument("--json", action="store_true", help="print the changes as JSON")
