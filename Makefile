@@ -5,7 +5,14 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 
-.PHONY: certify demo test bench build venv clean
+# The second CI environment: the same sources and the same flemu library under
+# another torch release (requirements-torch2.14.txt). Its bridge has its own
+# build dir; build/{wheel_tag} belongs to .venv's build.
+VENV_T214 := .venv-torch2.14
+PY_T214   := $(VENV_T214)/bin/python
+PIP_T214  := $(VENV_T214)/bin/pip
+
+.PHONY: certify demo test test-torch2.14 build build-torch2.14 bench venv venv-torch2.14 clean
 
 # The certification level and where its report goes (`make certify LEVEL=L2`).
 LEVEL  ?= L3
@@ -19,9 +26,22 @@ demo: build
 	$(PY) examples/demo.py
 
 # flemu checks every kernel call against what the bridge promised (and
-# guards every allocation) while the project's own tests run.
+# guards every allocation) while the project's own tests run; then the same
+# flemu library under torch 2.14.1.
 test: build
 	FLEMU_CHECK_CONTRACTS=1 $(PY) -m pytest -q
+	$(MAKE) --no-print-directory test-torch2.14
+
+# Under torch 2.14.1: the bridge's tests, then an L1 certification of the very
+# libflemu.so .venv built (the report's SHA-256 is compared with it). `make test`
+# runs it; alone it needs .venv built first: `make build test-torch2.14`.
+test-torch2.14: build-torch2.14
+	FLEMU_CHECK_CONTRACTS=1 $(PY_T214) -m pytest -q tests/bridge
+	$(VENV_T214)/bin/torchfl-conformance run --plugin flemu --level L1 -j 2 --report reports/torch2.14
+	lib="$$($(PY) -c 'import flemu; print(flemu.library_path())')" && \
+	$(PY_T214) -c "import json, sys; got = json.load(open(sys.argv[1]))['plugin']['library_sha256']; \
+	  sys.exit(None if got == sys.argv[2] else f'certified flemu {got}, .venv built {sys.argv[2]}')" \
+	  reports/torch2.14/report.json "$$(sha256sum < "$$lib" | cut -d' ' -f1)"
 
 bench: build
 	$(PY) -m pytest bench -q --benchmark-columns=min,median,mean,rounds --benchmark-sort=name
@@ -31,7 +51,23 @@ bench: build
 build: venv
 	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PIP) install --quiet --no-build-isolation --no-deps . ./reference_backend
 
+# The bridge rebuilt for torch 2.14 (C++20, CMakeLists.txt decides); flemu is not
+# rebuilt: .venv's installed copy (package, library, entry points) is copied in.
+build-torch2.14: venv-torch2.14
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PIP_T214) install --quiet --no-build-isolation --no-deps -C build-dir=build/torch2.14 .
+	src="$$($(PY) -c 'import flemu, os; print(os.path.dirname(os.path.dirname(flemu.__file__)))')" && \
+	dst="$$($(PY_T214) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" && \
+	rm -rf "$$dst"/flemu "$$dst"/flemu-*.dist-info && \
+	cp -R "$$src"/flemu "$$src"/flemu-*.dist-info "$$dst"/
+
 venv: $(VENV)/.installed
+
+venv-torch2.14: $(VENV_T214)/.installed
+
+$(VENV_T214)/.installed: requirements-torch2.14.txt
+	test -x $(PY_T214) || $(PYTHON) -m venv $(VENV_T214)
+	$(PIP_T214) install --quiet -r requirements-torch2.14.txt
+	touch $@
 
 $(VENV)/.installed: requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
