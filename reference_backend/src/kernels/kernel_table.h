@@ -281,6 +281,10 @@ constexpr MinimalProfile kVendorCopy{true, 0, kAll};
     kFloats, kInPlaceByName, kFullOnly) \
   X(kFusedSgd, "aten::_fused_sgd_", kernel_fused_sgd, kFloats, kInPlaceByName, kFullOnly) \
   X(kFusedSgdTensorLr, "aten::_fused_sgd_.tensor_lr", kernel_fused_sgd_tensor_lr, kFloats, kInPlaceByName, kFullOnly) \
+  /* amp.cpp */ \
+  X(kAmpForeachNonFiniteCheckAndUnscale, "aten::_amp_foreach_non_finite_check_and_unscale_", \
+    kernel_amp_foreach_non_finite_check_and_unscale, kFloats, kInPlaceByName, kFullOnly) \
+  X(kAmpUpdateScale, "aten::_amp_update_scale_", kernel_amp_update_scale, kFloats, kInPlaceByName, kFullOnly) \
   /* foreach.cpp */ \
   X(kForeachAddScalar, "aten::_foreach_add.Scalar", kernel_foreach_add_scalar, kFloats, 0, kFullOnly) \
   X(kForeachAddList, "aten::_foreach_add.List", kernel_foreach_add_list, kFloats, 0, kFullOnly) \
