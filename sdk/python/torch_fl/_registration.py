@@ -167,6 +167,9 @@ def register_device_plugin(
         from torch_fl.ipc import install as _install_ipc_refusal
 
         _install_ipc_refusal(name)
+        from torch_fl._printing import install as _install_printing
+
+        _install_printing(name)
 
         custom = register_custom_ops(info)
         module = getattr(torch, name)
