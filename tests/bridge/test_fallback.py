@@ -156,6 +156,13 @@ def test_cpu_fallback_keeps_the_layout_of_inputs_and_of_resized_outputs() -> Non
             torch.linalg.det(cpu).backward(grad)
             torch.linalg.det(dev).backward(grad.to("flemu"))
             torch.testing.assert_close(dev.grad.cpu(), cpu.grad)
+        # Inputs read through stride-0 dims arrive dense: the CPU's median.dim
+        # misreads an expanded tensor (values it never had).
+        x = torch.tensor([[[[0.5, -1.25]], [[2.0, 3.5]]]])
+        _not_native("aten::median.dim_values")
+        values, indices = torch.median(x.to("flemu").expand(3, 2, 1, 2), dim=0, keepdim=True)
+        want = torch.median(x.expand(3, 2, 1, 2).contiguous(), dim=0, keepdim=True)
+        assert torch.equal(values.cpu(), want.values) and torch.equal(indices.cpu(), want.indices)
         lu_cpu, piv_cpu = torch.empty(0, dtype=torch.float64), torch.empty(0, dtype=torch.int32)
         lu_dev, piv_dev = lu_cpu.to("flemu"), piv_cpu.to("flemu")
         storage = lu_dev.untyped_storage()
@@ -165,6 +172,28 @@ def test_cpu_fallback_keeps_the_layout_of_inputs_and_of_resized_outputs() -> Non
     assert lu_dev.untyped_storage().data_ptr() == storage.data_ptr() or storage.nbytes() == 0
     torch.testing.assert_close(lu_dev.cpu(), lu_cpu)
     torch.testing.assert_close(piv_dev.cpu(), piv_cpu)
+
+
+def test_layer_norm_without_a_kernel_is_exact_where_a_row_has_no_variance() -> None:
+    """PyTorch's composite native_layer_norm (through batch_norm) leaves about
+    1e-4 where a row's variance is 0; without a layer-norm kernel the bridge
+    runs the operator itself (decomposition or CPU kernel), exact as on the CPU."""
+    out = assert_ok(run_python(
+        """
+        import torch, torch_fl
+        import torch.nn.functional as F
+        assert "aten::native_layer_norm" not in torch_fl.get_plugin().kernels
+        x = torch.tensor([[-4.3228044509887695], [7.25]])
+        w, b = torch.tensor([-8.4784]), torch.tensor([-1.7658])
+        rows = torch.tensor([[3.0, 3.0, 3.0], [1.5, -2.0, 0.25]])
+        with torch_fl.fallback_mode("silent"):
+            one = F.layer_norm(x.to("flemu"), (1,), w.to("flemu"), b.to("flemu")).cpu()
+            const = F.layer_norm(rows.to("flemu"), (3,)).cpu()
+        assert torch.equal(one, F.layer_norm(x, (1,), w, b)), (one, F.layer_norm(x, (1,), w, b))
+        torch.testing.assert_close(const, F.layer_norm(rows, (3,)), atol=1e-6, rtol=1.3e-6)
+        print("ok", torch_fl.op_stats().get("aten::native_layer_norm").cpu_fallback)
+        """, env={"FLEMU_PROFILE": "minimal"}))
+    assert out.split() == ["ok", "2"], out
 
 
 def test_decomposition_whose_outputs_disagree_with_the_meta_function_is_not_used() -> None:
@@ -202,6 +231,31 @@ def test_error_mode_forbids_cpu_fallback() -> None:
     msg = str(err.value)
     assert "aten::atan2.out" in msg and "float32" in msg and "TORCH_FL_FALLBACK=error" in msg, msg
     assert torch_fl.op_stats().get("aten::atan2.out").failed >= 1
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.tensor([[0.5, float("inf"), -2.25], [float("nan"), 0.0, 1e-8]]),
+    lambda: torch.arange(12, dtype=torch.int64).reshape(3, 4).t(),
+    lambda: torch.tensor([True, False]),
+    lambda: torch.empty(0, 3),
+    lambda: torch.linspace(-1e6, 1e6, 2001).reshape(3, 667),  # summarized
+    lambda: torch.tensor([1.5, -2.0], dtype=torch.float16),
+    lambda: torch.tensor(3.25),
+], ids=["special", "strided_int", "bool", "empty", "summarized", "half", "0_dim"])
+def test_printing_a_device_tensor_runs_no_device_operator(make) -> None:
+    """print() must work under TORCH_FL_FALLBACK=error: the contents are
+    formatted from a host copy, the device suffix stays."""
+    cpu = make()
+    dev = cpu.to("flemu")
+    with torch_fl.fallback_mode("error"), torch_fl.op_stats_scope() as scope:
+        text = repr(dev)
+        assert str(dev) == text
+    expected = repr(cpu)
+    suffix = "device='flemu:0'"
+    assert suffix in text, text
+    assert text.replace(suffix + ", ", "").replace(", " + suffix, "") == expected, (text, expected)
+    ran = {r.op for r in scope.table if r.native or r.cpu_fallback or r.decomposed or r.failed}
+    assert ran <= {"aten::_copy_from"}, scope.table  # the one device-to-host copy
 
 
 def test_warn_mode_warns_once_per_op() -> None:

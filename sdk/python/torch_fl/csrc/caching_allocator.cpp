@@ -1,5 +1,6 @@
 #include "caching_allocator.h"
 
+#include "event_calls.h"
 #include "loaded_plugin.h"
 #include "streams.h"
 
@@ -160,12 +161,7 @@ class DeviceCache {
       // now on those streams tell when it is safe to reuse.
       for (c10::StreamId use : block->stream_uses) {
         TFL_Event* event = take_event();
-        Plugin& plugin = active_plugin();
-        TFL_Event_Record_Args args{};
-        args.struct_size = TFL_Event_Record_Args_STRUCT_SIZE;
-        args.event = event;
-        args.stream = StreamRegistry::get().native(device_, use);
-        plugin.check(plugin.stream().Event_Record(&args), "Event_Record");
+        record_event(event, StreamRegistry::get().native(device_, use));
         pending_.emplace_back(event, block);
         ++block->pending_events;
       }
@@ -417,13 +413,8 @@ class DeviceCache {
     if (pending_.empty() || plugin_gone()) {
       return;
     }
-    Plugin& plugin = active_plugin();
     for (auto it = pending_.begin(); it != pending_.end();) {
-      TFL_Event_Query_Args query{};
-      query.struct_size = TFL_Event_Query_Args_STRUCT_SIZE;
-      query.event = it->first;
-      plugin.check(plugin.stream().Event_Query(&query), "Event_Query");
-      if (!query.complete) {
+      if (!query_event(it->first)) {
         ++it;
         continue;
       }
@@ -442,12 +433,7 @@ class DeviceCache {
       spare_events_.pop_back();
       return event;
     }
-    Plugin& plugin = active_plugin();
-    TFL_Event_Create_Args args{};
-    args.struct_size = TFL_Event_Create_Args_STRUCT_SIZE;
-    args.device = device_;
-    plugin.check(plugin.stream().Event_Create(&args), "Event_Create");
-    return args.event;
+    return create_event(device_);
   }
 
   void release_cached_locked() {

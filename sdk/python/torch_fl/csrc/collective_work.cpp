@@ -41,44 +41,6 @@ void check_call(TFL_Error* error, const char* what) {
   throw_comm_error(error, what);
 }
 
-TFL_Event* create_event(c10::DeviceIndex device) {
-  Plugin& plugin = active_plugin();
-  TFL_Event_Create_Args args{};
-  args.struct_size = TFL_Event_Create_Args_STRUCT_SIZE;
-  args.device = device;
-  plugin.check(plugin.stream().Event_Create(&args), "Event_Create");
-  return args.event;
-}
-
-void destroy_event(TFL_Event* event) noexcept {
-  Plugin* plugin = active_plugin_or_null();
-  if (event == nullptr || plugin == nullptr || plugin->is_shut_down()) {
-    return;
-  }
-  TFL_Event_Destroy_Args args{};
-  args.struct_size = TFL_Event_Destroy_Args_STRUCT_SIZE;
-  args.event = event;
-  plugin->consume(plugin->stream().Event_Destroy(&args));
-}
-
-void record(TFL_Event* event, TFL_Stream* stream) {
-  Plugin& plugin = active_plugin();
-  TFL_Event_Record_Args args{};
-  args.struct_size = TFL_Event_Record_Args_STRUCT_SIZE;
-  args.event = event;
-  args.stream = stream;
-  plugin.check(plugin.stream().Event_Record(&args), "Event_Record");
-}
-
-void stream_wait(TFL_Stream* stream, TFL_Event* event) {
-  Plugin& plugin = active_plugin();
-  TFL_Stream_WaitEvent_Args args{};
-  args.struct_size = TFL_Stream_WaitEvent_Args_STRUCT_SIZE;
-  args.stream = stream;
-  args.event = event;
-  plugin.check(plugin.stream().Stream_WaitEvent(&args), "Stream_WaitEvent");
-}
-
 void CompletionLane::loop() {
   for (;;) {
     c10::intrusive_ptr<WorkTFL> work;

@@ -4,6 +4,7 @@
 // completion lanes that finish Works in stream order.
 #pragma once
 
+#include "event_calls.h"
 #include "loaded_plugin.h"
 
 #include <torch_fl/plugin_api.h>
@@ -32,10 +33,6 @@ const TFL_CollectivesApi& collectives();
 // Synchronous plugin errors: bad arguments map like every other plugin call
 // (ValueError, NotImplementedError); anything else is a backend error.
 void check_call(TFL_Error* error, const char* what);
-TFL_Event* create_event(c10::DeviceIndex device);
-void destroy_event(TFL_Event* event) noexcept;
-void record(TFL_Event* event, TFL_Stream* stream);
-void stream_wait(TFL_Stream* stream, TFL_Event* event);
 
 class WorkTFL final : public c10d::Work {
  public:

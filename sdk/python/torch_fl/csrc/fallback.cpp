@@ -9,6 +9,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/TypeProperties.h>
 #include <torch/library.h>
 
@@ -223,9 +224,18 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     numel = std::max<uint64_t>(numel, static_cast<uint64_t>(t.numel()));
     // out= tensors are overwritten: their old contents need not travel.
-    // Inputs keep their layout: some CPU kernels branch on it.
-    at::Tensor host = out ? at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kCPU))
-                          : to_host_same_layout(t);
+    // Other arguments keep their layout, since CPU kernels and their backward
+    // formulas branch on it (linalg_det on A's contiguity), except inputs read
+    // through stride-0 dims, which arrive dense: some CPU kernels misread
+    // those (median.dim of an expanded tensor returns values it never had).
+    at::Tensor host;
+    if (out) {
+      host = at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kCPU));
+    } else if (!write && at::has_internal_overlap(t) == at::MemOverlap::Yes) {
+      host = to_host(t);
+    } else {
+      host = to_host_same_layout(t);
+    }
     if (write) {
       mutated.push_back({t, host});
     }

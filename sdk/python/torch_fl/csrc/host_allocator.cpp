@@ -1,5 +1,6 @@
 #include "host_allocator.h"
 
+#include "event_calls.h"
 #include "loaded_plugin.h"
 #include "streams.h"
 
@@ -50,14 +51,9 @@ bool plugin_usable() {
 
 // Drops completed events; true when none is left.
 bool events_done(State& s, PinnedBlock* block) {
-  Plugin& plugin = active_plugin();
   auto& events = block->events;
   for (auto it = events.begin(); it != events.end();) {
-    TFL_Event_Query_Args q{};
-    q.struct_size = TFL_Event_Query_Args_STRUCT_SIZE;
-    q.event = it->first;
-    plugin.check(plugin.stream().Event_Query(&q), "Event_Query");
-    if (q.complete) {
+    if (query_event(it->first)) {
       s.spare_events[it->second].push_back(it->first);
       it = events.erase(it);
     } else {
@@ -155,24 +151,15 @@ void HostAllocator::record_use(const void* ptr, const c10::Stream& stream) {
   if (static_cast<const char*>(ptr) >= block->ptr + block->size) {
     return;
   }
-  Plugin& plugin = active_plugin();
   TFL_Event* event = nullptr;
   auto& spare = s.spare_events[stream.device_index()];
   if (!spare.empty()) {
     event = spare.back();
     spare.pop_back();
   } else {
-    TFL_Event_Create_Args create{};
-    create.struct_size = TFL_Event_Create_Args_STRUCT_SIZE;
-    create.device = stream.device_index();
-    plugin.check(plugin.stream().Event_Create(&create), "Event_Create");
-    event = create.event;
+    event = create_event(stream.device_index());
   }
-  TFL_Event_Record_Args record{};
-  record.struct_size = TFL_Event_Record_Args_STRUCT_SIZE;
-  record.event = event;
-  record.stream = StreamRegistry::get().native(stream);
-  plugin.check(plugin.stream().Event_Record(&record), "Event_Record");
+  record_event(event, StreamRegistry::get().native(stream));
   block->events.emplace_back(event, stream.device_index());
 }
 

@@ -304,7 +304,7 @@ py::dict register_backend(const std::vector<std::string>& disabled_list) {
       torch::Library::IMPL, "aten", c10::DispatchKey::Negative, __FILE__, __LINE__);
   register_math_bit_fallthroughs(*libs.conjugate, *libs.negative);
   KernelRegistration report = register_plugin_kernels(*libs.aten, libs.others, plugin, disabled);
-  register_overrideable_ops(*libs.aten, report.registered);
+  register_rule_kernels(*libs.aten, report.registered);
   libs.fallback = std::make_unique<torch::Library>(
       torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   register_fallback(*libs.fallback);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
 #include <unordered_map>
 
 namespace torch_fl::bridge {
@@ -134,6 +135,23 @@ void convolution_backward_overrideable(
   }
 }
 
+// ---------------------------------------------------------------------------
+// Composite kernels less accurate than their operator
+// ---------------------------------------------------------------------------
+
+// On a device without a kernel PyTorch runs native_layer_norm's
+// CompositeExplicitAutograd kernel, which normalizes through native_batch_norm:
+// x * invstd + (-mean * invstd) cancels to about ulp(x / sqrt(eps)) instead of
+// 0 where a row's variance is 0 (rows of one element, constant rows), 1e-4
+// off where the CPU and CUDA kernels are exact. The operator takes the
+// bridge's chain instead: its decomposition (x - mean) * rstd where that runs
+// natively, else the CPU kernel.
+void through_the_chain(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  run_fallback(op, ks, stack, "the plugin has no kernel for it");
+}
+
+constexpr const char* kLessAccurateComposites[] = {"native_layer_norm"};
+
 } // namespace
 
 const std::vector<int>& unannotated_mutations(const std::string& op) {
@@ -163,7 +181,7 @@ std::optional<std::vector<OutSpec>> rule_output_metadata(
   return std::nullopt;
 }
 
-void register_overrideable_ops(torch::Library& aten, const std::vector<std::string>& native) {
+void register_rule_kernels(torch::Library& aten, const std::vector<std::string>& native) {
   auto served = [&](const char* name) {
     return std::find(native.begin(), native.end(), name) != native.end();
   };
@@ -176,6 +194,11 @@ void register_overrideable_ops(torch::Library& aten, const std::vector<std::stri
     aten.impl(
         "convolution_backward_overrideable",
         torch::CppFunction::makeFromBoxedFunction<&convolution_backward_overrideable>());
+  }
+  for (const char* name : kLessAccurateComposites) {
+    if (!served(("aten::" + std::string(name)).c_str())) {
+      aten.impl(name, torch::CppFunction::makeFromBoxedFunction<&through_the_chain>());
+    }
   }
 }
 

@@ -36,9 +36,11 @@ std::vector<int> host_operand_args(const c10::FunctionSchema& schema);
 std::optional<std::vector<OutSpec>> rule_output_metadata(
     const std::string& op, c10::ArrayRef<c10::IValue> args);
 
-// Registers the *_overrideable convolution ops PyTorch routes out-of-tree
-// devices to as their regular counterparts, unless the plugin serves them
-// natively (`native`: registered schema names).
-void register_overrideable_ops(torch::Library& aten, const std::vector<std::string>& native);
+// Registers, unless the plugin serves them natively (`native`: registered
+// schema names): the *_overrideable convolution ops PyTorch routes
+// out-of-tree devices to, as their regular counterparts; and the operators
+// whose CompositeExplicitAutograd kernel is less accurate than the operator
+// (native_layer_norm), as the bridge's fallback chain.
+void register_rule_kernels(torch::Library& aten, const std::vector<std::string>& native);
 
 } // namespace torch_fl::bridge

@@ -417,8 +417,8 @@ class ProcessGroupTFL final : public c10d::Backend {
     // The inputs are ready once the current stream gets here.
     TFL_Event* ready = create_event(device);
     try {
-      record(ready, current);
-      stream_wait(stream, ready);
+      record_event(ready, current);
+      stream_wait_event(stream, ready);
     } catch (...) {
       destroy_event(ready);
       throw;
@@ -427,15 +427,15 @@ class ProcessGroupTFL final : public c10d::Backend {
     enqueue(c, stream);
     TFL_Event* done = create_event(device);
     work->add_event(done);
-    record(done, stream);
+    record_event(done, stream);
     if (finish) {
       // Copies out of scratch buffers run on the current stream after the
       // collective; the Work completes after them.
-      stream_wait(current, done);
+      stream_wait_event(current, done);
       finish();
       TFL_Event* copied = create_event(device);
       work->add_event(copied);
-      record(copied, current);
+      record_event(copied, current);
     }
     work->keep(std::move(keep));
     c.lanes[lane]->push(work);

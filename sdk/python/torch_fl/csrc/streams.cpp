@@ -1,6 +1,7 @@
 #include "streams.h"
 
 #include "caching_allocator.h"
+#include "event_calls.h"
 #include "loaded_plugin.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -236,67 +237,36 @@ class DeviceGuard final : public c10::impl::DeviceGuardImplInterface {
         "event of device ", static_cast<int>(device_index),
         " cannot be recorded on a stream of device ",
         static_cast<int>(stream.device_index()));
-    Plugin& plugin = active_plugin();
     if (*event == nullptr) {
-      TFL_Event_Create_Args create{};
-      create.struct_size = TFL_Event_Create_Args_STRUCT_SIZE;
-      create.device = stream.device_index();
-      create.flags = TFL_EVENT_TIMING;
-      plugin.check(plugin.stream().Event_Create(&create), "Event_Create");
-      *event = create.event;
+      *event = create_event(stream.device_index(), TFL_EVENT_TIMING);
     }
-    TFL_Event_Record_Args args{};
-    args.struct_size = TFL_Event_Record_Args_STRUCT_SIZE;
-    args.event = as_event(*event);
-    args.stream = StreamRegistry::get().native(stream);
-    plugin.check(plugin.stream().Event_Record(&args), "Event_Record");
+    record_event(as_event(*event), StreamRegistry::get().native(stream));
   }
 
   void block(void* event, const c10::Stream& stream) const override {
     if (event == nullptr) {
       return;
     }
-    Plugin& plugin = active_plugin();
-    TFL_Stream_WaitEvent_Args args{};
-    args.struct_size = TFL_Stream_WaitEvent_Args_STRUCT_SIZE;
-    args.stream = StreamRegistry::get().native(stream);
-    args.event = as_event(event);
-    plugin.check(plugin.stream().Stream_WaitEvent(&args), "Stream_WaitEvent");
+    stream_wait_event(StreamRegistry::get().native(stream), as_event(event));
   }
 
   bool queryEvent(void* event) const override {
     if (event == nullptr) {
       return true;
     }
-    Plugin& plugin = active_plugin();
-    TFL_Event_Query_Args args{};
-    args.struct_size = TFL_Event_Query_Args_STRUCT_SIZE;
-    args.event = as_event(event);
-    plugin.check(plugin.stream().Event_Query(&args), "Event_Query");
-    return args.complete != 0;
+    return query_event(as_event(event));
   }
 
   void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/)
       const noexcept override {
-    Plugin* plugin = active_plugin_or_null();
-    if (event == nullptr || plugin == nullptr || plugin->is_shut_down()) {
-      return;
-    }
-    TFL_Event_Destroy_Args args{};
-    args.struct_size = TFL_Event_Destroy_Args_STRUCT_SIZE;
-    args.event = as_event(event);
-    plugin->consume(plugin->stream().Event_Destroy(&args));
+    destroy_event(as_event(event));
   }
 
   void synchronizeEvent(void* event) const override {
     if (event == nullptr) {
       return;
     }
-    Plugin& plugin = active_plugin();
-    TFL_Event_Synchronize_Args args{};
-    args.struct_size = TFL_Event_Synchronize_Args_STRUCT_SIZE;
-    args.event = as_event(event);
-    plugin.check(plugin.stream().Event_Synchronize(&args), "Event_Synchronize");
+    synchronize_event(as_event(event));
   }
 
   double elapsedTime(
@@ -306,13 +276,7 @@ class DeviceGuard final : public c10::impl::DeviceGuardImplInterface {
     TORCH_CHECK(
         start != nullptr && end != nullptr,
         "elapsed_time needs two recorded events");
-    Plugin& plugin = active_plugin();
-    TFL_Event_ElapsedTime_Args args{};
-    args.struct_size = TFL_Event_ElapsedTime_Args_STRUCT_SIZE;
-    args.start = as_event(start);
-    args.end = as_event(end);
-    plugin.check(plugin.stream().Event_ElapsedTime(&args), "Event_ElapsedTime");
-    return args.milliseconds;
+    return elapsed_ms(as_event(start), as_event(end));
   }
 
   bool queryStream(const c10::Stream& stream) const override {

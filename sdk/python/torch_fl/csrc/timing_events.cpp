@@ -1,5 +1,6 @@
 #include "timing_events.h"
 
+#include "event_calls.h"
 #include "loaded_plugin.h"
 
 namespace torch_fl::bridge {
@@ -18,13 +19,7 @@ TFL_Event* TimingEventPool::acquire(c10::DeviceIndex device) {
       return event;
     }
   }
-  Plugin& plugin = active_plugin();
-  TFL_Event_Create_Args args{};
-  args.struct_size = TFL_Event_Create_Args_STRUCT_SIZE;
-  args.device = device;
-  args.flags = TFL_EVENT_TIMING;
-  plugin.check(plugin.stream().Event_Create(&args), "Event_Create");
-  return args.event;
+  return create_event(device, TFL_EVENT_TIMING);
 }
 
 void TimingEventPool::release(c10::DeviceIndex device, TFL_Event* event) noexcept {
@@ -45,43 +40,13 @@ void TimingEventPool::release(c10::DeviceIndex device, TFL_Event* event) noexcep
       return;
     }
   }
-  TFL_Event_Destroy_Args args{};
-  args.struct_size = TFL_Event_Destroy_Args_STRUCT_SIZE;
-  args.event = event;
-  plugin->consume(plugin->stream().Event_Destroy(&args));
+  destroy_event(event);
 }
 
 bool device_has_timing_events(c10::DeviceIndex device) {
   Plugin* plugin = active_plugin_or_null();
   return plugin != nullptr && device >= 0 && device < plugin->device_count() &&
       (plugin->device(device).capabilities & TFL_CAP_TIMING_EVENTS) != 0;
-}
-
-void record_event(TFL_Event* event, TFL_Stream* stream) {
-  Plugin& plugin = active_plugin();
-  TFL_Event_Record_Args args{};
-  args.struct_size = TFL_Event_Record_Args_STRUCT_SIZE;
-  args.event = event;
-  args.stream = stream;
-  plugin.check(plugin.stream().Event_Record(&args), "Event_Record");
-}
-
-void synchronize_event(TFL_Event* event) {
-  Plugin& plugin = active_plugin();
-  TFL_Event_Synchronize_Args args{};
-  args.struct_size = TFL_Event_Synchronize_Args_STRUCT_SIZE;
-  args.event = event;
-  plugin.check(plugin.stream().Event_Synchronize(&args), "Event_Synchronize");
-}
-
-double elapsed_ms(TFL_Event* start, TFL_Event* end) {
-  Plugin& plugin = active_plugin();
-  TFL_Event_ElapsedTime_Args args{};
-  args.struct_size = TFL_Event_ElapsedTime_Args_STRUCT_SIZE;
-  args.start = start;
-  args.end = end;
-  plugin.check(plugin.stream().Event_ElapsedTime(&args), "Event_ElapsedTime");
-  return args.milliseconds;
 }
 
 } // namespace torch_fl::bridge

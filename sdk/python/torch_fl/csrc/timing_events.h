@@ -3,6 +3,8 @@
 // create and destroy two events per operator.
 #pragma once
 
+#include "event_calls.h"
+
 #include <torch_fl/plugin_api.h>
 
 #include <c10/core/Device.h>
@@ -34,10 +36,5 @@ class TimingEventPool {
 
 // Whether every event of `device` can be timed (TFL_CAP_TIMING_EVENTS).
 bool device_has_timing_events(c10::DeviceIndex device);
-
-void record_event(TFL_Event* event, TFL_Stream* stream);
-void synchronize_event(TFL_Event* event);
-// Milliseconds from `start` to `end`, both completed (synchronize first).
-double elapsed_ms(TFL_Event* start, TFL_Event* end);
 
 } // namespace torch_fl::bridge
