@@ -139,18 +139,23 @@ void convolution_backward_overrideable(
 // Composite kernels less accurate than their operator
 // ---------------------------------------------------------------------------
 
-// On a device without a kernel PyTorch runs native_layer_norm's
-// CompositeExplicitAutograd kernel, which normalizes through native_batch_norm:
-// x * invstd + (-mean * invstd) cancels to about ulp(x / sqrt(eps)) instead of
-// 0 where a row's variance is 0 (rows of one element, constant rows), 1e-4
-// off where the CPU and CUDA kernels are exact. The operator takes the
-// bridge's chain instead: its decomposition (x - mean) * rstd where that runs
-// natively, else the CPU kernel.
+// On a device without a kernel PyTorch runs these operators'
+// CompositeExplicitAutograd kernels, which are less accurate than the
+// operator on the CPU or CUDA:
+//   - native_layer_norm normalizes through native_batch_norm, whose
+//     x * invstd + (-mean * invstd) cancels to about ulp(x / sqrt(eps))
+//     instead of 0 where a row's variance is 0 (rows of one element, constant
+//     rows): 1e-4 off where the CPU is exact;
+//   - native_group_norm computes its statistics and the normalization in the
+//     input's dtype: float16 results off by 2e-3 relative, where the CPU
+//     computes in float.
+// They take the bridge's chain instead: the operator's decomposition (which
+// computes in float) where that runs natively, else the CPU kernel.
 void through_the_chain(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   run_fallback(op, ks, stack, "the plugin has no kernel for it");
 }
 
-constexpr const char* kLessAccurateComposites[] = {"native_layer_norm"};
+constexpr const char* kLessAccurateComposites[] = {"native_layer_norm", "native_group_norm"};
 
 } // namespace
 

@@ -40,7 +40,7 @@ std::optional<std::vector<OutSpec>> rule_output_metadata(
 // schema names): the *_overrideable convolution ops PyTorch routes
 // out-of-tree devices to, as their regular counterparts; and the operators
 // whose CompositeExplicitAutograd kernel is less accurate than the operator
-// (native_layer_norm), as the bridge's fallback chain.
+// (native_layer_norm, native_group_norm), as the bridge's fallback chain.
 void register_rule_kernels(torch::Library& aten, const std::vector<std::string>& native);
 
 } // namespace torch_fl::bridge
