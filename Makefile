@@ -26,10 +26,12 @@ demo: build
 	$(PY) examples/demo.py
 
 # flemu checks every kernel call against what the bridge promised (and
-# guards every allocation) while the project's own tests run; then the same
-# flemu library under torch 2.14.1.
+# guards every allocation) while the project's own tests run; then flemu cut
+# to a new vendor's twelve kernels (FLEMU_PROFILE=minimal) must certify at L1
+# through the fallback chain; then the same flemu library under torch 2.14.1.
 test: build
 	FLEMU_CHECK_CONTRACTS=1 $(PY) -m pytest -q
+	FLEMU_PROFILE=minimal $(VENV)/bin/torchfl-conformance run --plugin flemu --level L1 -j 2 --report reports/flemu-minimal
 	$(MAKE) --no-print-directory test-torch2.14
 
 # Under torch 2.14.1: the bridge's tests, then an L1 certification of the very
