@@ -17,12 +17,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "../kernels/support/dtype.h"
+
 namespace flemu::comm {
 
-// Bytes per element of any TFL_DType, 0 when unknown. Data movement
-// (all_gather, broadcast, all_to_all, send/recv) takes every dtype with a
-// size; reductions only those listed above.
-int64_t element_size(int32_t dtype);
+// Data movement (all_gather, broadcast, all_to_all, send/recv) takes every
+// dtype with a size (flemu::element_size); reductions only those listed above.
 
 // Throws TFL_ERR_INVALID_ARGUMENT (unknown op, avg on bool) or
 // TFL_ERR_UNIMPLEMENTED (a dtype flemu does not reduce).

@@ -11,21 +11,6 @@ namespace flemu {
 
 namespace {
 
-// Bytes per element of any TFL_DType (the range checks cover dtypes flemu's
-// kernels decline as well).
-int64_t element_bytes(int32_t dtype) {
-  switch (dtype) {
-    case TFL_DTYPE_COMPLEX64: return 8;
-    case TFL_DTYPE_COMPLEX128: return 16;
-    case TFL_DTYPE_UINT16: return 2;
-    case TFL_DTYPE_UINT32: return 4;
-    case TFL_DTYPE_UINT64: return 8;
-    case TFL_DTYPE_FLOAT8_E4M3FN:
-    case TFL_DTYPE_FLOAT8_E5M2: return 1;
-    default: return dtype_size(dtype);
-  }
-}
-
 const char* variant_name(int32_t variant) {
   switch (variant) {
     case TFL_VARIANT_FUNCTIONAL: return "functional variant";
@@ -126,7 +111,7 @@ class ContractCheck {
     int64_t last = 0;
     for (int32_t d = 0; d < t.ndim; ++d)
       if (t.sizes[d] > 0) last += (t.sizes[d] - 1) * t.strides[d];
-    return static_cast<uint64_t>(last + 1) * static_cast<uint64_t>(element_bytes(t.dtype));
+    return static_cast<uint64_t>(last + 1) * static_cast<uint64_t>(element_size(t.dtype));
   }
 
   void check_tensor(Operand& o) const {
@@ -142,7 +127,7 @@ class ContractCheck {
       numel *= t.sizes[d];
     }
     if (numel != t.numel) violated(o, "says numel ", t.numel, " but its sizes ", dims(t.ndim, t.sizes), " hold ", numel);
-    if (element_bytes(t.dtype) == 0) violated(o, "has dtype ", t.dtype, ", which is not a TFL_DType");
+    if (element_size(t.dtype) == 0) violated(o, "has dtype ", t.dtype, ", which is not a TFL_DType");
     if (t.memory_kind == TFL_MEMORY_HOST) {
       if (!o.input) violated(o, "is in host memory; outputs are device tensors");
       if ((c_.flags & TFL_KERNEL_HOST_SCALARS) == 0)
@@ -168,7 +153,7 @@ class ContractCheck {
     if (bytes > size - at)
       violated(o, layout(t), " needs ", bytes, " bytes from ", t.data, " but its allocation ends ", size - at,
                " bytes after it");
-    const uint64_t offset_bytes = static_cast<uint64_t>(t.storage_offset) * static_cast<uint64_t>(element_bytes(t.dtype));
+    const uint64_t offset_bytes = static_cast<uint64_t>(t.storage_offset) * static_cast<uint64_t>(element_size(t.dtype));
     if (t.storage_offset < 0 || offset_bytes > at)
       violated(o, "has storage_offset ", t.storage_offset, ", which puts its storage before the start of its allocation (",
                at, " bytes before data)");
@@ -261,7 +246,7 @@ class ContractCheck {
 
   static bool same_view(const TFL_Tensor& a, const TFL_Tensor& b) {
     return a.data == b.data && a.ndim == b.ndim && std::equal(a.sizes, a.sizes + a.ndim, b.sizes) &&
-           std::equal(a.strides, a.strides + a.ndim, b.strides) && element_bytes(a.dtype) == element_bytes(b.dtype);
+           std::equal(a.strides, a.strides + a.ndim, b.strides) && element_size(a.dtype) == element_size(b.dtype);
   }
 
   // Whether two device tensors share a byte: their extents first, element
@@ -277,7 +262,7 @@ class ContractCheck {
     if (a.numel + b.numel > kMaxExact) return true;  // too large to tell: assume the worst
     auto bytes_of = [](const TFL_Tensor& t) {
       std::vector<std::pair<uintptr_t, uintptr_t>> spans;
-      const int64_t es = element_bytes(t.dtype);
+      const int64_t es = element_size(t.dtype);
       std::vector<int64_t> idx(static_cast<size_t>(t.ndim), 0);
       for (int64_t i = 0; i < t.numel; ++i) {
         int64_t e = 0;

@@ -18,6 +18,19 @@ int64_t dtype_size(int32_t dtype) {
   }
 }
 
+int64_t element_size(int32_t dtype) {
+  switch (dtype) {
+    case TFL_DTYPE_COMPLEX64: return 8;
+    case TFL_DTYPE_COMPLEX128: return 16;
+    case TFL_DTYPE_UINT16: return 2;
+    case TFL_DTYPE_UINT32: return 4;
+    case TFL_DTYPE_UINT64: return 8;
+    case TFL_DTYPE_FLOAT8_E4M3FN:
+    case TFL_DTYPE_FLOAT8_E5M2: return 1;
+    default: return dtype_size(dtype);
+  }
+}
+
 const char* dtype_name(int32_t dtype) {
   switch (dtype) {
     case TFL_DTYPE_BOOL: return "bool";

@@ -135,6 +135,9 @@ struct TypeTag {
 };
 
 int64_t dtype_size(int32_t dtype);      // 0 for dtypes flemu does not handle
+// Bytes per element of any TFL_DType, those flemu's kernels decline included
+// (range checks, data movement); 0 when unknown.
+int64_t element_size(int32_t dtype);
 const char* dtype_name(int32_t dtype);  // "float32", ... or "dtype <n>"
 bool dtype_is_floating(int32_t dtype);
 
