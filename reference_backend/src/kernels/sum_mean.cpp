@@ -35,16 +35,36 @@ struct ReducePlan {
   bool integral = false;  // accumulate in int64
 };
 
+// Calls run(in, a) for every inner run of the plan: `in` its first input
+// element, `a` the accumulator index of that element.
+template <class Run>
+void for_each_inner_run(const ReducePlan& p, Run&& run) {
+  const int inner = p.ndim - 1;
+  int64_t idx[kMaxLoopDims] = {};
+  const char* in = p.in;
+  int64_t a = 0;
+  for (;;) {
+    run(in, a);
+    int d = inner - 1;
+    for (; d >= 0; --d) {
+      in += p.in_strides[d];
+      a += p.acc_strides[d];
+      if (++idx[d] < p.sizes[d]) break;
+      in -= p.in_strides[d] * p.sizes[d];
+      a -= p.acc_strides[d] * p.sizes[d];
+      idx[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
 template <class Acc, class T>
 void accumulate(const ReducePlan& p, Acc* acc) {
   if (p.in_numel == 0) return;
   const int inner = p.ndim - 1;
   const int64_t n = p.sizes[inner], is = p.in_strides[inner], as = p.acc_strides[inner];
-  int64_t idx[kMaxLoopDims] = {};
-  const char* in = p.in;
-  int64_t a = 0;
   auto load = [](const char* q) { return convert<Acc>(*reinterpret_cast<const T*>(q)); };
-  for (;;) {
+  for_each_inner_run(p, [&](const char* in, int64_t a) {
     if (as == 0) {
       // A reduced inner run: independent partial sums let the adds overlap.
       Acc s0 = 0, s1 = 0, s2 = 0, s3 = 0;
@@ -70,17 +90,7 @@ void accumulate(const ReducePlan& p, Acc* acc) {
         else *dst += load(q);
       }
     }
-    int d = inner - 1;
-    for (; d >= 0; --d) {
-      in += p.in_strides[d];
-      a += p.acc_strides[d];
-      if (++idx[d] < p.sizes[d]) break;
-      in -= p.in_strides[d] * p.sizes[d];
-      a -= p.acc_strides[d] * p.sizes[d];
-      idx[d] = 0;
-    }
-    if (d < 0) return;
-  }
+  });
 }
 
 template <class Acc, class Out>
@@ -155,26 +165,13 @@ void accumulate_parallel(const ReducePlan& p, Acc* acc) {
 template <class T>
 void accumulate_in_half(const ReducePlan& p, double* acc) {
   const int inner = p.ndim - 1;
-  int64_t idx[kMaxLoopDims] = {};
-  const char* in = p.in;
-  int64_t a = 0;
-  for (;;) {
+  for_each_inner_run(p, [&](const char* in, int64_t a) {
     const char* q = in;
     for (int64_t i = 0; i < p.sizes[inner]; ++i, q += p.in_strides[inner]) {
       double& dst = acc[a + i * p.acc_strides[inner]];
       dst = static_cast<float>(Half(static_cast<float>(dst) + *reinterpret_cast<const T*>(q)));
     }
-    int d = inner - 1;
-    for (; d >= 0; --d) {
-      in += p.in_strides[d];
-      a += p.acc_strides[d];
-      if (++idx[d] < p.sizes[d]) break;
-      in -= p.in_strides[d] * p.sizes[d];
-      a -= p.acc_strides[d] * p.sizes[d];
-      idx[d] = 0;
-    }
-    if (d < 0) return;
-  }
+  });
 }
 
 void run_reduce_in_half(const ReducePlan& p) {
