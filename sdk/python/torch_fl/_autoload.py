@@ -16,7 +16,17 @@ _attempted = False
 
 def autoload() -> None:
     global _attempted
-    if _attempted or os.environ.get("TORCH_FL_AUTOLOAD", "1") == "0":
+    if _attempted:
+        return
+    try:
+        from torch_fl._device_hint import install as install_device_hint
+
+        # Even with autoload off: a device string that does not parse then says
+        # that no torch-fl device is registered, and which plugins are installed.
+        install_device_hint()
+    except Exception:  # never let a plugin break `import torch`
+        pass
+    if os.environ.get("TORCH_FL_AUTOLOAD", "1") == "0":
         return
     _attempted = True
     try:

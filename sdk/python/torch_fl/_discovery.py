@@ -1,4 +1,13 @@
-"""Finding installed plugins: `torch_fl.plugins` entry points and TORCH_FL_PLUGINS."""
+"""Finding installed plugins: `torch_fl.plugins` entry points and TORCH_FL_PLUGINS.
+
+The order of discover_plugins() is the order autoload tries them in, and the
+rule is total, so the same install always registers the same plugin:
+
+1. TORCH_FL_PLUGINS entries come first (setting it is an explicit choice),
+   higher @priority first, then in the order listed;
+2. then installed plugins (entry points), higher priority first, then by
+   device name, then by library path.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +18,7 @@ from importlib.metadata import entry_points
 __all__ = ["PluginSpec", "discover_plugins"]
 
 ENTRY_POINT_GROUP = "torch_fl.plugins"
+ENV_SOURCE = "TORCH_FL_PLUGINS"
 
 
 @dataclass(frozen=True)
@@ -36,18 +46,18 @@ def _from_env(value: str) -> list[PluginSpec]:
                 priority = int(prio)
             except ValueError:
                 specs.append(
-                    PluginSpec(entry, "", 0, "TORCH_FL_PLUGINS",
+                    PluginSpec(entry, "", 0, ENV_SOURCE,
                                f"priority {prio!r} in {raw!r} is not an integer")
                 )
                 continue
         name, sep, library = entry.partition("=")
         if not sep:
             specs.append(
-                PluginSpec(entry, "", 0, "TORCH_FL_PLUGINS",
+                PluginSpec(entry, "", 0, ENV_SOURCE,
                            f"entry {raw!r} is not of the form name=/path/to/lib.so")
             )
             continue
-        specs.append(PluginSpec(name.strip(), library.strip(), priority, "TORCH_FL_PLUGINS"))
+        specs.append(PluginSpec(name.strip(), library.strip(), priority, ENV_SOURCE))
     return specs
 
 
@@ -70,8 +80,17 @@ def _from_entry_points() -> list[PluginSpec]:
     return specs
 
 
+def from_environment(spec: PluginSpec) -> bool:
+    """True for a spec that TORCH_FL_PLUGINS listed."""
+    return spec.source == ENV_SOURCE
+
+
 def discover_plugins() -> list[PluginSpec]:
-    """Every plugin torch-fl can find, highest priority first (TORCH_FL_PLUGINS wins ties)."""
-    specs = _from_env(os.environ.get("TORCH_FL_PLUGINS", "")) + _from_entry_points()
-    order = {id(s): i for i, s in enumerate(specs)}
-    return sorted(specs, key=lambda s: (-s.priority, order[id(s)]))
+    """Every plugin torch-fl can find, in the order autoload tries them (see the
+    module docstring): TORCH_FL_PLUGINS entries first, then installed plugins by
+    priority, name and library path."""
+    listed = _from_env(os.environ.get("TORCH_FL_PLUGINS", ""))
+    position = {id(s): i for i, s in enumerate(listed)}
+    listed.sort(key=lambda s: (-s.priority, position[id(s)]))
+    installed = sorted(_from_entry_points(), key=lambda s: (-s.priority, s.name, s.library))
+    return listed + installed

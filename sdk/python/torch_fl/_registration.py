@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import difflib
 import json
 import os
 import re
@@ -14,7 +15,7 @@ import torch
 
 from torch_fl import _decomp
 from torch_fl._active import get_plugin, set_plugin
-from torch_fl._discovery import PluginSpec, discover_plugins
+from torch_fl._discovery import PluginSpec, discover_plugins, from_environment
 from torch_fl._handle import PluginHandle
 from torch_fl.device_module import _after_fork_in_child, make_device_module
 from torch_fl.errors import (
@@ -65,10 +66,41 @@ def _resolve_library(name: str, plugin_path: str | os.PathLike[str] | None) -> t
                     "which does not exist; reinstall the plugin"
                 )
             return os.path.abspath(spec.library), spec
-    known = ", ".join(sorted({s.name for s in specs})) or "none"
-    raise PluginNotFoundError(
-        f"no installed plugin is named {name!r} (found: {known}); install the plugin package, "
-        "add it to TORCH_FL_PLUGINS as name=/path/to/lib.so, or pass plugin_path="
+    unusable = [s for s in specs if s.name == name]
+    if unusable:
+        raise PluginNotFoundError(
+            f"plugin {name!r} ({unusable[0].source}) is unusable: {unusable[0].error}; "
+            "reinstall it, fix its TORCH_FL_PLUGINS entry, or pass plugin_path="
+        )
+    raise PluginNotFoundError(_unknown_plugin_message(name, specs))
+
+
+def _unknown_plugin_message(name: str, specs: list[PluginSpec]) -> str:
+    names = sorted({s.name for s in specs})
+    installed = ", ".join(f"{s.name} ({s.source})" for s in specs) or "none"
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    active = get_plugin()
+    if active is not None:
+        hint += f" ('{active.name}' is the plugin registered in this process.)"
+    return (
+        f"unknown plugin {name!r}; installed plugins: {installed}.{hint} To add one, install "
+        f"its package, list it as TORCH_FL_PLUGINS={name}=/path/to/lib{name}.so, or pass "
+        "plugin_path= with the path of its shared library."
+    )
+
+
+def _how_to_choose(name: str, library: str | None) -> str:
+    """How to get plugin `name` instead of the one already registered: the ways that
+    work in this code base, with the library filled in when it is known."""
+    lib = library or f"/path/to/lib{name}.so"
+    return (
+        f"To use {name!r}, start a fresh Python process with it selected before torch is "
+        f"imported: `TORCH_FL_PLUGINS={name}={lib} python ...` (TORCH_FL_PLUGINS entries are "
+        "registered before installed plugins), or `TORCH_FL_AUTOLOAD=0 python ...` and call "
+        f"torch_fl.register_device_plugin({name!r}"
+        + (f", plugin_path={lib!r}" if library else "")
+        + ") before anything uses a device."
     )
 
 
@@ -119,29 +151,35 @@ def register_device_plugin(
     priority: recorded in the handle; autoload uses it to choose among plugins.
     metadata: options passed to the plugin's Plugin_Initialize as strings.
 
-    Registering the same plugin again returns the existing handle. PyTorch has
+    Registering the same plugin again returns the existing handle. An unknown
+    name raises PluginNotFoundError listing the installed plugins. PyTorch has
     one PrivateUse1 backend per process, so a second, different plugin raises
-    PluginConflictError and leaves the first one working.
+    PluginConflictError, which says how to get that plugin in a fresh process,
+    and leaves the first one working.
     """
     _check_name(name)
     with _lock:
         active = get_plugin()
+        if active is not None and active.name == name and (
+            plugin_path is None or os.path.abspath(os.fspath(plugin_path)) == active.library
+        ):
+            return active
+        # Finding the plugin comes first: a mistyped name is "unknown", not a conflict.
+        library, spec = _resolve_library(name, plugin_path)
         if active is not None:
-            same_library = plugin_path is None or os.path.abspath(os.fspath(plugin_path)) == active.library
-            if active.name == name and same_library:
-                return active
             raise PluginConflictError(
-                f"cannot register {name!r}: PyTorch allows one PrivateUse1 backend per process "
-                f"and '{active.name}' ({active.library}) is already registered"
+                f"cannot register {name!r} ({library}): PyTorch allows one PrivateUse1 backend "
+                f"per process and '{active.name}' ({active.library}, from {active.source}) is "
+                f"already registered. {_how_to_choose(name, library)}"
             )
         taken = torch._C._get_privateuse1_backend_name()
         if taken != "privateuseone":
             raise PluginConflictError(
                 f"cannot register {name!r}: PrivateUse1 is already the '{taken}' backend of "
-                "another extension; PyTorch allows one such backend per process"
+                "another extension; PyTorch allows one such backend per process. Register "
+                f"{name!r} in a process that does not import that extension."
             )
         mode = _fallback_mode_from_env()
-        library, spec = _resolve_library(name, plugin_path)
         options = {str(k): str(v) for k, v in (metadata or {}).items()}
 
         from torch_fl import _C
@@ -170,6 +208,9 @@ def register_device_plugin(
         from torch_fl._printing import install as _install_printing
 
         _install_printing(name)
+        from torch_fl._device_hint import install as _install_device_hint
+
+        _install_device_hint()
 
         custom = register_custom_ops(info)
         module = getattr(torch, name)
@@ -207,8 +248,49 @@ def register_device_plugin(
         return handle
 
 
+def _same_plugin(a: PluginSpec, b: PluginSpec) -> bool:
+    """One plugin found twice (an entry point and a TORCH_FL_PLUGINS entry naming
+    its library): nothing to choose between."""
+    return a.name == b.name and os.path.realpath(a.library) == os.path.realpath(b.library)
+
+
+def _conflicts(chosen: PluginSpec, others: list[PluginSpec]) -> list[str]:
+    """What the selection rule had to decide between installed plugins, with why
+    `chosen` won and how to get the other: two libraries claiming one device name,
+    or different plugins at the same priority. A TORCH_FL_PLUGINS entry is an
+    explicit choice and conflicts with nothing."""
+    if from_environment(chosen):
+        return []
+    lines = []
+    for other in others:
+        if from_environment(other):
+            continue
+        if other.name == chosen.name:
+            why = (f"higher priority ({chosen.priority} > {other.priority})"
+                   if chosen.priority > other.priority else "equal priorities go in library path order")
+            lines.append(
+                f"two installed libraries claim the device name '{chosen.name}': "
+                f"{chosen.library} ({chosen.source}, priority {chosen.priority}) and "
+                f"{other.library} ({other.source}, priority {other.priority}); registered the "
+                f"first ({why}). To use the other, set TORCH_FL_PLUGINS={other.name}="
+                f"{other.library}, or uninstall one of them"
+            )
+        elif other.priority == chosen.priority:
+            lines.append(
+                f"'{chosen.name}' ({chosen.source}) and '{other.name}' ({other.source}) are "
+                f"installed with the same priority {chosen.priority}; registered "
+                f"'{chosen.name}' (equal priorities go in name order). To use '{other.name}', "
+                f"set TORCH_FL_PLUGINS={other.name}={other.library}, or give the plugins "
+                "different priorities in their plugin_spec()"
+            )
+    return lines
+
+
 def autoload_best_plugin() -> PluginHandle | None:
-    """Registers the highest-priority installed plugin that loads; reports the rest."""
+    """Registers the first plugin of discover_plugins() that loads (TORCH_FL_PLUGINS
+    entries first, then installed plugins by priority and name). The others are
+    recorded in the handle's passed_over; a warning is given only for what the
+    rule had to decide (see _conflicts) and for plugins that failed to load."""
     if get_plugin() is not None:
         return get_plugin()
     specs = discover_plugins()
@@ -219,9 +301,11 @@ def autoload_best_plugin() -> PluginHandle | None:
                 RuntimeWarning, stacklevel=2,
             )
     usable = [s for s in specs if s.error is None]
-    failures = []
-    for i, spec in enumerate(usable):
-        others = tuple(f"{s.name} (priority {s.priority})" for s in usable if s is not spec)
+    failures: list[str] = []
+    failed: list[PluginSpec] = []
+    for spec in usable:
+        rest = [s for s in usable if s is not spec and not _same_plugin(s, spec)]
+        others = tuple(dict.fromkeys(f"{s.name} (priority {s.priority})" for s in rest))
         try:
             handle = register_device_plugin(
                 spec.name, spec.library, priority=spec.priority,
@@ -229,11 +313,12 @@ def autoload_best_plugin() -> PluginHandle | None:
             )
         except Exception as exc:
             failures.append(f"{spec.name}: {exc}")
+            failed.append(spec)
             continue
-        if others:
+        # Plugins that failed before it were not chosen against: their warning says why.
+        for conflict in _conflicts(spec, [s for s in rest if not any(s is f for f in failed)]):
             warnings.warn(
-                f"torch_fl: registered '{spec.name}' (priority {spec.priority}); not loaded: "
-                f"{', '.join(others)} — PyTorch allows one PrivateUse1 backend per process",
+                f"torch_fl: {conflict}. PyTorch allows one PrivateUse1 backend per process.",
                 RuntimeWarning, stacklevel=2,
             )
         if failures:
