@@ -205,7 +205,7 @@ def test_cli_json_output(tmp_path: Path) -> None:
     proc = run_cli("scan", str(PROJECT / "train.py"), "--format", "json")
     assert proc.returncode == 1, proc.stderr
     doc = json.loads(proc.stdout)
-    assert doc["format"] == "torchfl-scan" and doc["version"] == 1, doc.keys()
+    assert doc["format"] == "torchfl-scan" and doc["version"] == 2, doc.keys()
     got = [(f["rule"], f["line"], f["col"]) for f in doc["findings"]]
     expected = [(r, line, col) for r, file, line, col in EXPECTED if file == "train.py"]
     assert got == expected, got

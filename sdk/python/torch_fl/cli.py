@@ -151,8 +151,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("paths", nargs="+", metavar="PATH", help="Python files or directories")
     s.add_argument("--device", help="the plugin's device name, used in the suggested fixes")
     s.add_argument("--report", metavar="FILE",
-                   help="certification report (or TORCH_FL_OP_STATS file): also list the "
-                        "operators the code likely runs that the plugin runs on the CPU or fails")
+                   help="certification report (or TORCH_FL_OP_STATS file): also judge, per "
+                        "dtype, the operators the code likely runs (native, fallback, failed, "
+                        "unsupported), one line each with where the code uses it")
     s.add_argument("--format", **fmt)
     s.set_defaults(fn=_cmd_scan)
 
