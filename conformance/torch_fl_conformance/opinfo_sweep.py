@@ -150,6 +150,17 @@ class CheckResult:
     kernels: dict[str, list[str]] = field(default_factory=dict)
     max_abs: float = 0.0
     max_rel: float = 0.0
+    # How its device runs ran, worst first ("" before any ran): native, decomposed,
+    # fallback; and the ATen ops of those runs by how (op statistics' names).
+    how: str = ""
+    ran_ops: dict[str, list[str]] = field(default_factory=dict)
+
+    def ran(self, table: Any) -> None:
+        """Notes how one of the check's device runs ran (its op statistics)."""
+        how, _, _ = _how(table)
+        self.how = max(self.how or "native", how, key=_ORDER.__getitem__)
+        for kind, names in kernels_of(table).items():
+            self.ran_ops[kind] = sorted(set(self.ran_ops.get(kind, ())) | set(names))
 
     def found(self, *, wrong: str = "", error: str = "",
               kernels: dict[str, list[str]] | None = None) -> None:
@@ -313,17 +324,19 @@ def _layout_capability(values: Any) -> str:
 
 
 def evaluate(case: Case, device: str, samples: int | None, seed: int,
-             capabilities: frozenset[str] | None = None, op: Any = None) -> Evaluation:
+             capabilities: frozenset[str] | None = None, op: Any = None,
+             variant_samples: int | None = None) -> Evaluation:
     """Evaluates one (op, dtype). `samples`: the sample budget (None: the sweep's);
     `capabilities`: what the plugin advertises (None: all); `op`: an OpInfo to use
-    instead of op_db's entry named case.op."""
+    instead of op_db's entry named case.op; `variant_samples`: samples each variant
+    derives from (None: VARIANT_SAMPLES, at most `samples`)."""
     caps = capabilities if capabilities is None else frozenset(capabilities)
-    key = (case, device, samples, seed, caps, id(op))
+    key = (case, device, samples, seed, caps, id(op), variant_samples)
     if key in _cache:
         return _cache[key]
     if op is None:
         op = op_infos()[case.op]
-    ev = _Sweep(case, op, device, samples, seed, caps).run()
+    ev = _Sweep(case, op, device, samples, seed, caps, variant_samples).run()
     _cache[key] = ev
     while len(_cache) > 16:
         _cache.popitem(last=False)
@@ -367,7 +380,8 @@ class _Sweep:
     """The evaluation of one case: its samples, their variants, the comparisons."""
 
     def __init__(self, case: Case, op: Any, device: str, samples: int | None, seed: int,
-                 capabilities: frozenset[str] | None) -> None:
+                 capabilities: frozenset[str] | None,
+                 variant_samples: int | None = None) -> None:
         import torch
 
         self.case, self.op, self.device, self.seed = case, op, device, seed
@@ -382,6 +396,8 @@ class _Sweep:
         self.budget = default if samples is None else samples
         self.variant_budget = VARIANT_SAMPLES if samples is None else min(VARIANT_SAMPLES,
                                                                            samples)
+        if variant_samples is not None:
+            self.variant_budget = variant_samples
         names = set(checks_of(case, op))
         self.variants = [v for v in variant_forms.VARIANTS if v in names]
         self.variant_runs = dict.fromkeys(self.variants, 0)
@@ -509,6 +525,7 @@ class _Sweep:
         self.worst = max(self.worst, how, key=_ORDER.__getitem__)
         check = ev.check("output")
         check.samples += 1
+        check.ran(dev.table)
         reordered = self.ties is not None and not _asks_stable(sample)
         bad, ab, rel = self._judge(dev, ref, sample, _plain, shape_only, reordered=reordered,
                                    random=random, again=again)
@@ -561,6 +578,7 @@ class _Sweep:
                 check.found(error=f"{label}: {_err(exc)}", kernels=_table_kernels(exc))
                 return True
         check.samples += 1
+        check.ran(dev.table)
         bad, ab, rel = self._judge(dev, ref, form_sample, call, False)
         check.max_abs, check.max_rel = max(check.max_abs, ab), max(check.max_rel, rel)
         if not bad and name == "inplace" and ref.out is ref.replicas[0].view \
@@ -697,6 +715,7 @@ class _Sweep:
             check.found(error=_err(error), kernels=kernels_of(scope.table))
             return
         check.samples += 1
+        check.ran(scope.table)
         self._used(scope.table)
         how, fb, dc = _how(scope.table)
         ev.fallback_ops = sorted(set(ev.fallback_ops) | set(fb))
