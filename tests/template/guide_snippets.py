@@ -8,7 +8,9 @@ runs the block and how:
                           step-by-step path from cookiecutter to certification
     sh run                run in a fresh scratch directory; must succeed
     sh fails              run in a fresh scratch directory; must fail
-    text output           lines the preceding block must print
+    text output           after a run/fails block: lines it must print; after an
+                          e2e block: exactly what it prints, stdout then stderr,
+                          "..." standing for any text within a line
     text tree             every path must exist in the generated project
     toml excerpt=<path>   must appear verbatim in that file of the generated project
     c compile / cpp compile
@@ -88,3 +90,20 @@ def tree_paths(code: str) -> list[str]:
         if names[-1].endswith("/"):
             stack.append(names[-1].rstrip("/"))
     return paths
+
+
+def _line_matches(expected: str, printed: str) -> bool:
+    """`printed` is `expected` with each "..." standing for any text."""
+    pattern = ".*".join(re.escape(part) for part in expected.strip().split("..."))
+    return re.fullmatch(pattern, printed.strip()) is not None
+
+
+def output_mismatches(expected: str, printed: str) -> list[str]:
+    """How the lines a command printed differ from an output block, both ways:
+    lines of the block nothing printed, and printed lines the block does not show."""
+    want = [line for line in expected.splitlines() if line.strip()]
+    got = [line for line in printed.splitlines() if line.strip()]
+    problems = [f"not printed: {w!r}" for w in want if not any(_line_matches(w, g) for g in got)]
+    problems += [f"printed but not shown: {g!r}" for g in got
+                 if not any(_line_matches(w, g) for w in want)]
+    return problems

@@ -59,7 +59,7 @@ def test_every_block_says_how_it_is_checked() -> None:
 def test_every_output_block_follows_a_command() -> None:
     for i, s in enumerate(SNIPPETS):
         if s.check == "output":
-            assert i > 0 and SNIPPETS[i - 1].check in ("run", "fails"), (
+            assert i > 0 and SNIPPETS[i - 1].check in ("run", "fails", "e2e"), (
                 f"{s.where()}: no command before it"
             )
 

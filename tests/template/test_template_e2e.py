@@ -19,12 +19,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from guide_snippets import ROOT, Snippet, guide_snippets
+from guide_snippets import ROOT, Snippet, guide_snippets, output_mismatches
 from template_project import BIN, DEFAULT_DEVICE, DEFAULT_PACKAGE, LayeredVenv, layered_venv
 
 pytestmark = pytest.mark.slow
 
-E2E = [s for s in guide_snippets() if s.check == "e2e"]
+SNIPPETS = guide_snippets()
+E2E = [s for s in SNIPPETS if s.check == "e2e"]
+# e2e blocks followed by the output the guide shows for them.
+SHOWN = [(s, SNIPPETS[i + 1]) for i, s in enumerate(SNIPPETS[:-1])
+         if s.check == "e2e" and SNIPPETS[i + 1].check == "output"]
 
 
 @dataclass
@@ -85,9 +89,10 @@ def walkthrough(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Walkthroug
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k not in switches}
     env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])
     env = venv.env(env)
+    # flemu is installed too (in the layer below), as it is next to a vendor's plugin
+    # in a torch-fl checkout: the template's priority must make the new plugin win.
+    env.pop("TORCH_FL_PLUGINS", None)
     result = Walkthrough(scratch, venv, env)
-    # flemu is installed too (in the layer below): select the new plugin the way the guide says.
-    env["TORCH_FL_PLUGINS"] = f"{DEFAULT_DEVICE}={result.library}@1000"
     start = time.perf_counter()
     for index, snippet in enumerate(E2E):
         began = time.perf_counter()
@@ -127,6 +132,19 @@ def test_first_tensor_on_the_new_device(
         )
 
 
+@pytest.mark.parametrize("block, output", SHOWN, ids=[f"line{s.line}" for s, _ in SHOWN])
+def test_the_guide_shows_what_its_commands_print(
+    walkthrough: Walkthrough, block: Snippet, output: Snippet
+) -> None:
+    step = next((s for s in walkthrough.steps if s.snippet == block), None)
+    assert step is not None and step.returncode == 0, f"{block.where()} did not run or failed"
+    problems = output_mismatches(output.code, step.stdout + "\n" + step.stderr)
+    assert not problems, (
+        f"{output.where()} is not what {block.where()} prints:\n" + "\n".join(problems)
+        + f"\n{step.report()}"
+    )
+
+
 def installed_library(walkthrough: Walkthrough) -> Path:
     assert len(walkthrough.steps) >= 3 and all(s.returncode == 0 for s in walkthrough.steps[:2]), (
         "the plugin was not built and installed"
@@ -164,7 +182,7 @@ def test_library_exports_only_the_entry_point_and_symbol_kernels(walkthrough: Wa
     assert not extra, f"{library.name} exports more than the ABI needs: {extra}"
 
 
-def autoloaded(walkthrough: Walkthrough, env: dict[str, str]) -> tuple[str, str]:
+def autoloaded(walkthrough: Walkthrough, env: dict[str, str]) -> tuple[str, str, str]:
     proc = subprocess.run(
         [
             str(walkthrough.venv.python),
@@ -182,23 +200,29 @@ def autoloaded(walkthrough: Walkthrough, env: dict[str, str]) -> tuple[str, str]
     )
     assert proc.returncode == 0, proc.stderr
     name, passed_over = proc.stdout.splitlines()[-2:]
-    return name, passed_over
+    return name, passed_over, proc.stderr
 
 
-def test_autoload_chooses_by_priority(walkthrough: Walkthrough) -> None:
+def test_autoload_chooses_the_vendor_plugin_over_flemu(walkthrough: Walkthrough) -> None:
     installed_library(walkthrough)
-    chosen, passed_over = autoloaded(walkthrough, walkthrough.env)
+    chosen, passed_over, stderr = autoloaded(walkthrough, walkthrough.env)
     assert chosen == DEFAULT_DEVICE, (
-        f"TORCH_FL_PLUGINS gave {DEFAULT_DEVICE} priority 1000 but {chosen} loaded"
+        f"the template's priority should beat flemu's, but {chosen} loaded; stderr:\n{stderr}"
     )
-    assert "flemu" in passed_over, f"flemu should be reported as not loaded, got {passed_over!r}"
-    # Without a selection both entry points have priority 0: one loads, the other is reported.
-    plain = {k: v for k, v in walkthrough.env.items() if k != "TORCH_FL_PLUGINS"}
-    chosen, passed_over = autoloaded(walkthrough, plain)
-    other = {"flemu": DEFAULT_DEVICE, DEFAULT_DEVICE: "flemu"}.get(chosen)
-    assert other is not None and other in passed_over, (
-        f"loaded {chosen!r}, not loaded {passed_over!r}"
+    assert passed_over == "flemu (priority 0)", (
+        f"flemu should be recorded as not loaded, got {passed_over!r}"
     )
+    # Nothing conflicts (different priorities), so nothing is warned at import torch.
+    assert "torch_fl:" not in stderr and "Warning" not in stderr, stderr
+    # TORCH_FL_PLUGINS comes before every installed plugin: it chooses flemu back.
+    import flemu
+
+    chosen, passed_over, stderr = autoloaded(
+        walkthrough, {**walkthrough.env, "TORCH_FL_PLUGINS": f"flemu={flemu.library_path()}"}
+    )
+    assert chosen == "flemu" and f"{DEFAULT_DEVICE} (priority 100)" in passed_over, (
+        chosen, passed_over, stderr)
+    assert "torch_fl:" not in stderr, stderr
 
 
 def test_plugin_spec_names_the_installed_library(walkthrough: Walkthrough) -> None:
@@ -220,7 +244,8 @@ def test_plugin_spec_names_the_installed_library(walkthrough: Walkthrough) -> No
     )
     assert proc.returncode == 0, proc.stderr
     spec, backends = proc.stdout.splitlines()
-    expected = {"name": DEFAULT_DEVICE, "library": str(library.resolve()), "priority": 0}
+    # Above flemu's 0, so that installing the plugin next to flemu selects it.
+    expected = {"name": DEFAULT_DEVICE, "library": str(library.resolve()), "priority": 100}
     assert spec == str(expected), (spec, expected)
     assert backends == str([f"{DEFAULT_PACKAGE}:_autoload"]), (
         f"the torch.backends entry point of the installed package: {backends}"

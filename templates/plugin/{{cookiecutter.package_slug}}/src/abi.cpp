@@ -102,10 +102,18 @@ TFL_Error* Device_GetProperties(TFL_Device_GetProperties_Args* args) {
     if (TFL_HAS_FIELD(p, TFL_DeviceProperties, total_memory)) p->total_memory = dev.memory.capacity();
     // VENDOR: report what your hardware does. A capability not reported here
     // is skipped by the conformance suite (with a reason), never assumed.
-    // Kernels the plugin lacks for a dtype run on the CPU fallback.
-    if (TFL_HAS_FIELD(p, TFL_DeviceProperties, capabilities))
-      p->capabilities = TFL_CAP_FP64 | TFL_CAP_FP16 | TFL_CAP_BF16 | TFL_CAP_PEER_ACCESS |
-                        TFL_CAP_TIMING_EVENTS | TFL_CAP_ASYNC_COPY;
+    //
+    // Advertising a dtype (TFL_CAP_FP64, TFL_CAP_FP16, TFL_CAP_BF16) commits
+    // the plugin to it: every kernel you register must either compute that
+    // dtype correctly within the conformance tolerances or decline the call
+    // with TFL_ERR_UNIMPLEMENTED (the bridge then runs it through its fallback
+    // chain); a wrong result fails certification. The example kernels compute
+    // float32 only, so only float32 is advertised. Once your kernels handle
+    // the other dtypes, report them too:
+    //   kCapabilities | TFL_CAP_FP64 | TFL_CAP_FP16 | TFL_CAP_BF16
+    constexpr uint64_t kCapabilities =
+        TFL_CAP_PEER_ACCESS | TFL_CAP_TIMING_EVENTS | TFL_CAP_ASYNC_COPY;
+    if (TFL_HAS_FIELD(p, TFL_DeviceProperties, capabilities)) p->capabilities = kCapabilities;
     if (TFL_HAS_FIELD(p, TFL_DeviceProperties, memory_alignment))
       p->memory_alignment = static_cast<uint32_t>(DeviceMemory::kAlignment);
     if (TFL_HAS_FIELD(p, TFL_DeviceProperties, preferred_memory_format))

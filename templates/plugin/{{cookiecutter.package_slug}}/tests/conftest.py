@@ -11,11 +11,11 @@ import {{ cookiecutter.package_slug }}
 
 DEVICE = {{ cookiecutter.package_slug }}.DEVICE
 
-# PyTorch allows one PrivateUse1 backend per process, and autoload registers
-# the installed plugin with the highest priority. Outrank the others, before
-# torch is imported here or in a subprocess.
+# PyTorch allows one PrivateUse1 backend per process. TORCH_FL_PLUGINS entries
+# are registered before any installed plugin, whatever its priority: list this
+# one there before torch is imported here or in a subprocess.
 LIBRARY = {{ cookiecutter.package_slug }}.library_path()
-_SELECTION = f"{DEVICE}={LIBRARY}@1000"
+_SELECTION = f"{DEVICE}={LIBRARY}"
 _listed = os.environ.get("TORCH_FL_PLUGINS", "")
 if not any(entry.startswith(f"{DEVICE}=") for entry in _listed.split(os.pathsep)):
     os.environ["TORCH_FL_PLUGINS"] = os.pathsep.join(e for e in (_SELECTION, _listed) if e)

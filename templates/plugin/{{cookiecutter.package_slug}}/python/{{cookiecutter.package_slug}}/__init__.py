@@ -12,10 +12,16 @@ import os
 import warnings
 from pathlib import Path
 
-__all__ = ["DEVICE", "library_path", "plugin_spec"]
+__all__ = ["DEVICE", "PRIORITY", "library_path", "plugin_spec"]
 __version__ = "{{ cookiecutter.version }}"
 
 DEVICE = "{{ cookiecutter.device_name }}"
+# PyTorch allows one PrivateUse1 backend per process. Autoload registers the
+# installed plugin with the highest priority; torch-fl's reference device,
+# flemu, has 0, so with both installed this plugin is the one registered.
+# TORCH_FL_PLUGINS entries come before any installed plugin (see torch-fl's
+# user guide), so a user can still choose another one.
+PRIORITY = 100
 _LIBRARY_NAME = "lib{{ cookiecutter.device_name }}.so"
 _LIBRARY_ENV = "{{ cookiecutter.c_prefix }}_LIBRARY"
 
@@ -49,7 +55,7 @@ def library_path() -> str:
 
 def plugin_spec() -> dict[str, object]:
     """What the ``torch_fl.plugins`` entry point reports to torch-fl."""
-    return {"name": DEVICE, "library": library_path(), "priority": 0}
+    return {"name": DEVICE, "library": library_path(), "priority": PRIORITY}
 
 
 def _autoload() -> None:
