@@ -51,7 +51,8 @@ from typing import IO, Any
 from torch_fl_conformance import outcomes, protocol
 from torch_fl_conformance.session import DEFAULT_SEED, per_test_seed
 
-__all__ = ["CHECKS", "NOT_NATIVE", "KernelRequest", "VariantResult", "resolve", "run_kernel"]
+__all__ = ["ALL", "CHECKS", "NOT_NATIVE", "KernelRequest", "KernelRun", "KernelUsageError",
+           "VariantResult", "resolve", "run_kernel"]
 
 NOT_NATIVE = "NOT NATIVE"
 # The checks of one (op, dtype), in the order they are shown: the sweep's, less
@@ -121,11 +122,10 @@ def _schema_calls(op: Any, schema: str) -> bool:
             seen.add(func.name())
             return func(*args, **(kwargs or {}))
 
-    dtype = torch.float32 if torch.float32 in op.supported_dtypes("cpu") else None
-    if dtype is None:
-        dtype = next(iter(op.supported_dtypes("cpu")), None)
-    if dtype is None:
+    supported = sorted(op.supported_dtypes("cpu"), key=str)
+    if not supported:
         return False
+    dtype = torch.float32 if torch.float32 in supported else supported[0]
     try:
         for sample in itertools.islice(op.sample_inputs_func(op, "cpu", dtype,
                                                            requires_grad=False), 3):
