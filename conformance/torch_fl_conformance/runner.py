@@ -168,8 +168,14 @@ def _describe_exit(code: int | None) -> str:
 
 
 class Progress:
-    def __init__(self, out: IO[str], total: int) -> None:
+    """The progress line, and each MUST test that does not pass the moment it ends.
+    SHOULD failures only count in the line: the summary at the end lists them, one
+    line per requirement, after the blockers."""
+
+    def __init__(self, out: IO[str], total: int,
+                 strength: dict[str, str] | None = None) -> None:
         self.out, self.total = out, total
+        self.strength = strength or {}
         self.counts: dict[str, int] = {}
         self.done = 0
         self.t0 = time.time()
@@ -180,10 +186,12 @@ class Progress:
         self.done += 1
         o = res["outcome"]
         self.counts[o] = self.counts.get(o, 0) + 1
-        if o in (outcomes.FAIL, outcomes.ERROR, outcomes.CRASH, outcomes.TIMEOUT):
+        strength = self.strength.get(res["id"], "MUST")
+        if o in (outcomes.FAIL, outcomes.ERROR, outcomes.CRASH, outcomes.TIMEOUT) and \
+                (strength == "MUST" or o in (outcomes.CRASH, outcomes.TIMEOUT)):
             self._clear()
             msg = (res.get("message") or "").splitlines()[0][:160] if res.get("message") else ""
-            print(f"{o:<8} {res['id']}  {msg}", file=self.out, flush=True)
+            print(f"{o:<8} {strength:<6} {res['id']}  {msg}", file=self.out, flush=True)
         self.tick()
 
     def tick(self, force: bool = False) -> None:
@@ -260,7 +268,8 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     results: dict[str, dict[str, Any]] = {}
     pending: deque[tuple[int, int]] = deque()
     pending.extend(chunks(ids, max(1, min(64, len(ids) // (jobs * 8) or 1))))
-    progress = Progress(cfg.progress, len(ids))
+    progress = Progress(cfg.progress, len(ids),
+                        {tid: m.get("strength", "MUST") for tid, m in meta.items()})
     restarts = 0
     op_stats_done: list[list[dict[str, Any]]] = []
     hard_limit = cfg.timeout + grace_s(cfg.timeout)
@@ -393,7 +402,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
                                    "detail": "", "data": {}}
         tests.append({**meta[tid], **res, "id": tid})
     from torch_fl_conformance.report.build import build_report, merge_op_stats
-    from torch_fl_conformance.report.write import write_all
+    from torch_fl_conformance.report.write import render_console, write_all
 
     report = build_report(
         target=collected.target, host=collected.host, options=collected.options,
@@ -402,6 +411,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         workers=jobs, restarts=restarts,
     )
     report["files"] = write_all(report, str(report_dir))
+    print(render_console(report), file=cfg.progress, flush=True)
     return report
 
 

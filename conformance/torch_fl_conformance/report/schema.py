@@ -37,6 +37,46 @@ REQUIREMENT = {
     },
 }
 
+# What to do next (1.2; absent from older reports).
+BLOCKERS = {
+    "type": "object", "required": ["level", "items"],
+    "properties": {
+        "level": {"type": ["string", "null"]}, "more_tests": _INT,
+        "items": {"type": "array", "items": {
+            "type": "object", "required": ["kind", "level"],
+            "properties": {
+                "kind": {"type": "string", "enum": ["test", "requirement", "not_tested"]},
+                "test": _STR, "requirement": _STR, "outcome": {"type": "string",
+                                                             "enum": list(OUTCOMES)},
+                "op": _STR, "dtype": _STR, "message": _STR, "kernels": _STRS,
+                "fallback_ops": _STRS, "bisect": _STR, "requirements": _STRS}}},
+    },
+}
+NEXT_STEPS = {
+    "type": "object", "required": ["count", "items"],
+    "properties": {
+        "count": _INT, "zoo_models": _STRS, "zoo_error": _STR,
+        "items": {"type": "array", "items": {
+            "type": "object",
+            "required": ["op", "dtype", "action", "kernel", "zoo_calls", "zoo_time_ms",
+                         "fallback_calls", "fallback_time_ms", "cases"],
+            "properties": {
+                "op": _STR, "dtype": _STR, "action": {"type": "string",
+                                                       "enum": ["register", "extend"]},
+                "kernel": _STR, "native_dtypes": _STRS, "called_as": _STRS,
+                "zoo_calls": _INT, "zoo_time_ms": _NUM, "zoo_models": _STRS,
+                "zoo_fell_back_in": _STRS, "fallback_calls": _INT, "fallback_time_ms": _NUM,
+                "cases": _INT}}},
+    },
+}
+SHOULD_FINDINGS = {"type": "array", "items": {
+    "type": "object", "required": ["requirement", "level", "status", "count", "tests"],
+    "properties": {"level": _LEVEL, "count": _INT, "tests": {"type": "array"}}}}
+NOT_TESTED = {"type": "array", "items": {
+    "type": "object", "required": ["level", "reason", "count", "must", "requirements"],
+    "properties": {"level": _LEVEL, "reason": _STR, "count": _INT, "must": _INT,
+                   "requirements": _STRS}}}
+
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "torchfl-conformance report",
@@ -75,6 +115,10 @@ SCHEMA: dict[str, Any] = {
         "suspects": {"type": "array", "items": {
             "type": "object", "required": ["kernel", "failing_cases", "score"],
             "properties": {"kernel": _STR, "failing_cases": _INT, "score": _NUM}}},
+        "blockers": BLOCKERS,
+        "next_steps": NEXT_STEPS,
+        "should_findings": SHOULD_FINDINGS,
+        "not_tested": NOT_TESTED,
         "op_stats": {"type": "object", "required": ["rows", "totals"]},
         "errors": {"type": "object", "required": ["by_outcome", "by_area", "by_kind"]},
         "expectations": {"type": "object", "required": ["applied", "stale", "xpassed"]},

@@ -11,12 +11,20 @@ COLORS = {
     "native": "#2e7d32", "decomposed": "#81c784", "fallback": "#fbc02d", "error": "#ad1457",
     "wrong": "#c62828", "crash": "#4a148c", "timeout": "#6d4c41", "blocked": "#8d6e63",
     "unsupported": "#bdbdbd",
+    "MUST not met": "#c62828", "SHOULD not met": "#f9a825", "met": "#2e7d32",
+    "skipped": "#9e9e9e", "not tested": "#cfd8dc",
+    "MUST failing": "#c62828", "SHOULD failing": "#f9a825",
 }
+# The narrowest an emphasized segment is drawn: one MUST failure among thousands of
+# passing tests must still be seen.
+MIN_EMPHASIZED_PX = 6.0
 
 
 def stacked_bars(rows: list[tuple[str, dict[str, int]]], keys: list[str], title: str,
-                 width: int = 760) -> str:
-    """One horizontal bar per row, segments per key, proportional to the row total."""
+                 width: int = 760, emphasize: tuple[str, ...] = ()) -> str:
+    """One horizontal bar per row, segments per key, proportional to the row total;
+    a segment of a key in `emphasize` is at least MIN_EMPHASIZED_PX wide (the other
+    segments of its bar shrink to make room)."""
     label_w, bar_h, gap, top = 150, 18, 8, 28
     legend_h = 22
     height = top + len(rows) * (bar_h + gap) + legend_h + 10
@@ -29,11 +37,18 @@ def stacked_bars(rows: list[tuple[str, dict[str, int]]], keys: list[str], title:
         total = sum(counts.get(k, 0) for k in keys)
         parts.append(f'<text x="0" y="{y + 13}" font-size="12">{escape(label[:22])}</text>')
         x = float(label_w)
+        widths = {k: bar_w * counts.get(k, 0) / total if total else 0.0 for k in keys}
+        for k in emphasize:
+            if counts.get(k, 0) and k in widths:
+                widths[k] = max(widths[k], MIN_EMPHASIZED_PX)
+        rest = sum(w for k, w in widths.items() if k not in emphasize)
+        room = bar_w - sum(widths[k] for k in emphasize if k in widths)
+        scale = room / rest if rest > 0 else 1.0
         for k in keys:
             n = counts.get(k, 0)
             if not n or not total:
                 continue
-            w = bar_w * n / total
+            w = widths[k] if k in emphasize else widths[k] * scale
             parts.append(f'<rect x="{x:.1f}" y="{y}" width="{max(w, 0.5):.1f}" '
                          f'height="{bar_h}" fill="{COLORS.get(k, "#607d8b")}">'
                          f'<title>{escape(label)}: {n} {escape(k)}</title></rect>')

@@ -1,4 +1,12 @@
-"""Writes a report as JSON, HTML, Markdown and JUnit XML into a directory."""
+"""Writes a report as JSON, HTML, Markdown and JUnit XML into a directory, and
+renders the console summary of a run.
+
+The console summary, the Markdown and the HTML say things in one order, the order
+a vendor acts in: the verdict; the blockers (MUST failures of the lowest level not
+met, each with its op, dtype, the plugin kernels it ran and a bisection command);
+the next steps (kernels to write, most costly first); the SHOULD findings, one
+line per requirement; the requirements by level, lowest first, with the ones not
+tested counted per level and reason; then the details."""
 
 from __future__ import annotations
 
@@ -14,12 +22,16 @@ from typing import Any
 
 from torch_fl_conformance import outcomes
 from torch_fl_conformance.report import integrity, svg
-from torch_fl_conformance.requirements import LEVEL_NAMES
+from torch_fl_conformance.requirements import LEVEL_NAMES, LEVELS
 
-__all__ = ["write_all"]
+__all__ = ["render_console", "write_all"]
 
 BAD_SHOWN = (outcomes.FAIL, outcomes.ERROR, outcomes.CRASH, outcomes.TIMEOUT, outcomes.BLOCKED,
              outcomes.XFAIL, outcomes.XPASS, outcomes.NOT_RUN)
+STEPS_SHOWN = 15  # next steps in the console and the Markdown (the HTML folds the rest)
+BISECT_NOTE = ("Each bisection command re-runs the test with the plugin kernels it ran left "
+               "to the fallback chain, in this run's environment. If it passes, the fault is "
+               "in one of those kernels: keep half of the list and run again to find which.")
 
 
 def _suspect_why(s: dict[str, Any]) -> str:
@@ -54,6 +66,186 @@ def write_all(report: dict[str, Any], directory: str) -> dict[str, str]:
     return {k: str(p) for k, p in paths.items()}
 
 
+# -- What every rendering says, in its order ------------------------------------
+def _level_label(level: str) -> str:
+    return f"{level} {LEVEL_NAMES.get(level, '')}".strip()
+
+
+def _verdict(r: dict[str, Any]) -> str:
+    lv = r["level"]
+    return f"level achieved: {lv['achieved']} — {lv['summary']}"
+
+
+def _blockers(r: dict[str, Any]) -> dict[str, Any]:
+    return r.get("blockers") or {"level": None, "items": [], "more_tests": 0}
+
+
+def _blocker_heading(b: dict[str, Any]) -> str:
+    n = sum(x["kind"] == "test" for x in b["items"]) + b.get("more_tests", 0)
+    parts = [f"{n} failing MUST test(s)"] if n else []
+    reqs = [x for x in b["items"] if x["kind"] == "requirement"]
+    if reqs:
+        parts.append(f"{len(reqs)} MUST requirement(s) failing without a failing test")
+    untested = [x for x in b["items"] if x["kind"] == "not_tested"]
+    if untested:
+        parts.append(f"{len(untested[0]['requirements'])} MUST requirement(s) not tested")
+    return f"Blockers of {_level_label(b['level'])}: " + ", ".join(parts)
+
+
+def _subject(x: dict[str, Any]) -> str:
+    return (f"op {x['op'] or '—'}, dtype {x['dtype'] or 'not named by the test'}")
+
+
+def _kernels_text(x: dict[str, Any]) -> str:
+    if x["kernels"]:
+        return "plugin kernels it ran: " + ", ".join(x["kernels"])
+    if x["fallback_ops"]:
+        return ("no plugin kernel ran in it (nothing to bisect): it ran on the CPU fallback "
+                "for " + ", ".join(x["fallback_ops"]) + ", so the bridge or the fallback path "
+                "is at fault")
+    return "no plugin kernel ran in it (nothing to bisect)"
+
+
+def _dtype_text(dtype: str) -> str:
+    return "calls without tensor inputs" if dtype == "none" else dtype
+
+
+def _step_action(x: dict[str, Any]) -> str:
+    if x["action"] == "extend":
+        return (f"add {_dtype_text(x['dtype'])} to the dtypes of the plugin's {x['kernel']} "
+                f"kernel (its kernel-table entry; native now for "
+                f"{', '.join(x['native_dtypes'])})")
+    return (f"register {x['kernel']} for {_dtype_text(x['dtype'])} in the plugin's kernel "
+            "table (Kernels_List)")
+
+
+def _step_where(x: dict[str, Any]) -> str:
+    if x["action"] == "extend":
+        return (f"add the dtype to its entry in the plugin's kernel table (native now for "
+                f"{', '.join(x['native_dtypes'])})")
+    return "register it in the plugin's kernel table (Kernels_List)"
+
+
+def _step_impact(x: dict[str, Any]) -> str:
+    parts = []
+    if x.get("zoo_fell_back_in"):
+        parts.append("fell back in the zoo's training on the device: "
+                     + ", ".join(x["zoo_fell_back_in"]))
+    if x["zoo_calls"]:
+        parts.append(f"zoo: {x['zoo_calls']} call(s), {x['zoo_time_ms']:.3g} ms per training "
+                     f"step ({', '.join(x['zoo_models'])})")
+    else:
+        parts.append("zoo: not called")
+    parts.append(f"this run: {x['fallback_calls']} CPU-fallback call(s), "
+                 f"{x['fallback_time_ms']:.3g} ms, {x['cases']} op_db case(s)")
+    called = [c for c in x["called_as"] if c != x["kernel"]]
+    if called:
+        parts.append("called as " + ", ".join(called))
+    return "; ".join(parts)
+
+
+def _steps_basis(ns: dict[str, Any]) -> str:
+    zoo = ", ".join(ns.get("zoo_models") or []) or "none"
+    text = (f"{ns.get('count', 0)} kernel(s) to write: operator and dtype pairs that ran on "
+            "the CPU fallback while no kernel of that operator ran natively for that dtype; "
+            "most costly first in one training step of the model zoo (" + zoo + "; calls and "
+            "CPU time, traced on the CPU), then in this run's fallback calls and time.")
+    if ns.get("zoo_error"):
+        text += f" Zoo trace: {ns['zoo_error']}."
+    return text
+
+
+def _level_state(info: dict[str, Any]) -> str:
+    return "met" if info["met"] else ("not tested" if not info["tested"] else "NOT met")
+
+
+def _not_tested_text(g: dict[str, Any]) -> str:
+    return (f"{g['count']} requirement(s) ({g['must']} MUST) of {_level_label(g['level'])} "
+            f"not tested: {g['reason']}")
+
+
+def _requirements_by_level(r: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Per level, lowest first: the requirements this run tested (not_tested ones are
+    counted apart), those not met first."""
+    order = {"not_met": 0, "waived": 1, "unverified": 2, "met": 3, "skipped": 4}
+    out = []
+    for level in LEVELS:
+        reqs = [q for q in r["requirements"] if q["level"] == level
+                and q["status"] != "not_tested"]
+        reqs.sort(key=lambda q: (order.get(q["status"], 5), q["strength"] != "MUST", q["id"]))
+        out.append((level, reqs))
+    return out
+
+
+def _not_passing(r: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """Tests not passing: the MUST ones (lowest level first, worst outcome first) and
+    the SHOULD ones by requirement."""
+    bad = [t for t in r["tests"] if t["outcome"] in BAD_SHOWN]
+    must = sorted((t for t in bad if t["strength"] == "MUST"),
+                  key=lambda t: (LEVELS.index(t["level"]), -outcomes.RANK[t["outcome"]],
+                                 t["requirement"], t["id"]))
+    should: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for t in bad:
+        if t["strength"] != "MUST":
+            should[t["requirement"]].append(t)
+    return must, dict(sorted(should.items()))
+
+
+# -- Console --------------------------------------------------------------------
+def render_console(r: dict[str, Any]) -> str:
+    """The end-of-run summary: verdict, blockers, next steps, SHOULD findings, levels."""
+    lines = ["", _verdict(r)]
+    b = _blockers(r)
+    if b["items"]:
+        lines += ["", _blocker_heading(b) + ":"]
+        for x in b["items"]:
+            if x["kind"] == "test":
+                lines += [f"  {x['outcome']:<8} {x['test']}  ({x['requirement']} MUST)",
+                          f"           {_subject(x)}: {x['message']}",
+                          f"           {_kernels_text(x)}"]
+                if x["bisect"]:
+                    lines.append(f"           bisect: {x['bisect']}")
+            elif x["kind"] == "requirement":
+                lines.append(f"  {x['requirement']} {x['status'].replace('_', ' ')}: {x['why']}")
+            else:
+                lines.append(f"  {x['why']}: {', '.join(x['requirements'])}")
+        if b.get("more_tests"):
+            lines.append(f"  ... {b['more_tests']} more failing MUST test(s) in the report")
+        if any(x.get("bisect") for x in b["items"]):
+            lines.append(f"  ({BISECT_NOTE})")
+    ns = r.get("next_steps") or {}
+    if ns.get("items"):
+        lines += ["", f"Next steps: {_steps_basis(ns)}"]
+        for i, x in enumerate(ns["items"][:STEPS_SHOWN], 1):
+            lines += [f"  {i:>2}. {_step_action(x)}", f"      {_step_impact(x)}"]
+        if ns["count"] > STEPS_SHOWN:
+            lines.append(f"  ... {ns['count'] - STEPS_SHOWN} more in the report")
+    findings = r.get("should_findings") or []
+    if findings:
+        lines += ["", "SHOULD findings (they do not block a level):"]
+        lines += [f"  {f['requirement']} ({f['level']}): {f['count']} test(s) not passing — "
+                  f"{f['text']}" for f in findings]
+    lines += ["", "Levels:"]
+    untested = defaultdict(list)
+    for g in r.get("not_tested") or []:
+        untested[g["level"]].append(g)
+    for level, info in r["level"]["levels"].items():
+        if info["tested"]:
+            should = info.get("should_not_met") or []
+            lines.append(f"  {_level_label(level)}: {_level_state(info)} — "
+                         + "; ".join(info["why"][:3])
+                         + (f"; SHOULD not met: {', '.join(should)}" if should else ""))
+        for g in untested.get(level, []):
+            counted = f"{g['count']} requirement(s) ({g['must']} MUST)"
+            if info["tested"]:
+                lines.append(f"    and {counted} not tested: {g['reason']}")
+            else:
+                lines.append(f"  {_level_label(level)}: not tested — {counted}: {g['reason']}")
+    s = r["summary"]["outcomes"]
+    lines += ["", "tests: " + ", ".join(f"{k.lower()} {v}" for k, v in s.items() if v)]
+    return "\n".join(lines)
+
+
 # -- Markdown -----------------------------------------------------------------
 def _header_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
     p, h, run = r["plugin"], r["host"], r["run"]
@@ -86,15 +278,73 @@ def _md_cell(text: str) -> str:
 def render_markdown(r: dict[str, Any]) -> str:
     lv = r["level"]
     s = r["summary"]["outcomes"]
-    lines = [f"# Conformance report: {r['plugin']['plugin_name']} {r['plugin']['version']}", "",
-             f"**Level achieved: {lv['achieved']}** — {lv['summary']}", ""]
-    lines += ["| | |", "|---|---|"]
+    p, h = r["plugin"], r["host"]
+    lines = [f"# Conformance report: {p['plugin_name']} {p['version']}", "",
+             f"**Level achieved: {lv['achieved']}** — {_md_cell(lv['summary'])}", "",
+             (f"{p['plugin_name']} {p['version']} ({p['vendor']}), library SHA-256 "
+              f"`{p['library_sha256'][:16]}…`, torch {h['torch']}, run {r['run']['started']}."),
+             ""]
+    b = _blockers(r)
+    if b["items"]:
+        lines += [f"## {_blocker_heading(b)}", ""]
+        for x in b["items"]:
+            if x["kind"] == "test":
+                lines += [(f"- **{x['outcome']}** `{x['test']}` ({x['requirement']} MUST) — "
+                           f"{_subject(x)}: {_md_cell(x['message'])}"),
+                          f"  - {_md_cell(_kernels_text(x))}"]
+                if x["bisect"]:
+                    lines.append(f"  - bisect: `{x['bisect']}`")
+            elif x["kind"] == "requirement":
+                lines.append(f"- **{x['requirement']}** {x['status'].replace('_', ' ')}: "
+                             f"{_md_cell(x['why'])}")
+            else:
+                lines.append(f"- {x['why']}: {', '.join(x['requirements'])}")
+        if b.get("more_tests"):
+            lines.append(f"- … {b['more_tests']} more failing MUST test(s) in report.json")
+        if any(x.get("bisect") for x in b["items"]):
+            lines += ["", BISECT_NOTE]
+        lines.append("")
+    ns = r.get("next_steps") or {}
+    if ns.get("items"):
+        lines += ["## Next steps: kernels to write", "", _steps_basis(ns), "",
+                  ("| # | kernel | dtype | what to do | zoo calls | zoo ms / step | "
+                   "run fallback calls | op_db cases |"), "|---|---|---|---|---|---|---|---|"]
+        for i, x in enumerate(ns["items"][:STEPS_SHOWN], 1):
+            lines.append(f"| {i} | `{x['kernel']}` | {_dtype_text(x['dtype'])} | "
+                         f"{_md_cell(_step_where(x))} | {x['zoo_calls']} | "
+                         f"{x['zoo_time_ms']:.3g} | {x['fallback_calls']} | {x['cases']} |")
+        if ns["count"] > STEPS_SHOWN:
+            lines.append(f"| … | {ns['count'] - STEPS_SHOWN} more in report.json | | | | | | |")
+        lines.append("")
+    findings = r.get("should_findings") or []
+    if findings:
+        lines += ["## SHOULD findings", "", "They do not block a level.", ""]
+        for f in findings:
+            lines.append(f"- **{f['requirement']}** ({f['level']}): {f['count']} test(s) not "
+                         f"passing — {_md_cell(f['text'])}")
+            if f["tests"]:
+                lines += ["", "  <details><summary>tests</summary>", ""]
+                lines += [f"  - {t['outcome']} `{t['id']}`: {_md_cell(t['message'])}"
+                          for t in f["tests"][:50]]
+                lines += ["", "  </details>", ""]
+        lines.append("")
+    lines += ["## Requirements by level", ""]
+    untested = defaultdict(list)
+    for g in r.get("not_tested") or []:
+        untested[g["level"]].append(g)
+    for level, reqs in _requirements_by_level(r):
+        info = lv["levels"][level]
+        lines += [f"### {_level_label(level)}: {_level_state(info)}", "",
+                  _md_cell("; ".join(info["why"][:4])), ""]
+        if reqs:
+            lines += ["| id | strength | status | why |", "|---|---|---|---|"]
+            lines += [f"| {q['id']} | {q['strength']} | {q['status']} | {_md_cell(q['why'])} |"
+                      for q in reqs]
+            lines.append("")
+        lines += [f"{_not_tested_text(g)}: {', '.join(g['requirements'])}.\n"
+                  for g in untested.get(level, [])]
+    lines += ["## Run", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {_md_cell(v)} |" for k, v in _header_rows(r)]
-    lines += ["", "## Levels", "", "| level | result | why |", "|---|---|---|"]
-    for level, info in lv["levels"].items():
-        state = "met" if info["met"] else ("not tested" if not info["tested"] else "NOT met")
-        lines.append(f"| {level} {LEVEL_NAMES[level]} | {state} | "
-                     f"{_md_cell('; '.join(info['why'][:4]))} |")
     lines += ["", "## Tests", "", "| " + " | ".join(outcomes.OUTCOMES) + " |",
               "|" + "---|" * len(outcomes.OUTCOMES),
               "| " + " | ".join(str(s[o]) for o in outcomes.OUTCOMES) + " |", ""]
@@ -102,11 +352,6 @@ def render_markdown(r: dict[str, Any]) -> str:
               "|---|" + "---|" * len(outcomes.OUTCOMES)]
     for area, c in r["errors"]["by_area"].items():
         lines.append(f"| {area} | " + " | ".join(str(c[o]) for o in outcomes.OUTCOMES) + " |")
-    lines += ["", "## Requirements", "", "| id | strength | level | status | why |",
-              "|---|---|---|---|---|"]
-    for q in r["requirements"]:
-        lines.append(f"| {q['id']} | {q['strength']} | {q['level']} | {q['status']} | "
-                     f"{_md_cell(q['why'])} |")
     if r.get("suspects"):
         lines += ["", "## Suspect kernels", "",
                   "The plugin's kernels the failures point at, most suspect first.", "",
@@ -134,19 +379,23 @@ def render_markdown(r: dict[str, Any]) -> str:
                       "finiteness and same-seed reproducibility (the device's random stream "
                       "differs from the CPU's): " + ", ".join(f"`{o}`" for o in cov["random_ops"])
                       + "."]
-        if cov["top_fallback_aten_ops"]:
-            lines += ["", "Kernels whose absence sends the most cases to the CPU fallback: "
-                      + ", ".join(f"`{x['op']}` ({x['cases']})"
-                                  for x in cov["top_fallback_aten_ops"][:15]) + "."]
-    bad = [t for t in r["tests"] if t["outcome"] in BAD_SHOWN]
-    if bad:
-        lines += ["", f"## Not passing ({len(bad)})", "", ("| outcome | test | requirement | "
-                  "message |"), "|---|---|---|---|"]
-        for t in bad[:200]:
+    must, should = _not_passing(r)
+    n_should = sum(len(v) for v in should.values())
+    if must or should:
+        lines += ["", f"## Not passing ({len(must) + n_should})", ""]
+    if must:
+        lines += [f"MUST ({len(must)}), lowest level first:", "",
+                  "| outcome | test | requirement | message |", "|---|---|---|---|"]
+        for t in must[:200]:
             lines.append(f"| {t['outcome']} | `{t['id']}` | {t['requirement']} | "
                          f"{_md_cell(t['message'][:200])} |")
-        if len(bad) > 200:
-            lines.append(f"| … | {len(bad) - 200} more in report.json | | |")
+        if len(must) > 200:
+            lines.append(f"| … | {len(must) - 200} more in report.json | | |")
+        lines.append("")
+    if should:
+        lines.append(f"SHOULD ({n_should}): "
+                     + ", ".join(f"{rid} {len(ts)}" for rid, ts in should.items())
+                     + " (listed under SHOULD findings).")
     ex = r["expectations"]
     if ex["stale"] or ex["xpassed"]:
         lines += ["", "## Expectation file", ""]
@@ -170,7 +419,8 @@ def _h(text: Any) -> str:
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#212121;
 max-width:1100px}
-h1{font-size:22px;margin-bottom:4px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}
+h3{font-size:15px;margin:18px 0 4px}.run-id{color:#616161;font-size:13px;margin:0 0 10px}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}
 td,th{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
 th{background:#f5f5f5}.badge{display:inline-block;padding:6px 12px;border-radius:6px;color:#fff;
@@ -181,11 +431,152 @@ font-weight:bold}
 .o-SKIP{color:#757575}code{font-size:12px}pre{white-space:pre-wrap;font-size:11px;
 background:#fafafa;padding:6px;max-height:240px;overflow:auto}
 details{margin:6px 0}summary{cursor:pointer}
+.blocker{border-left:4px solid #c62828;background:#fff5f5;padding:6px 10px;margin:8px 0}
+.blocker p{margin:2px 0;font-size:13px}.bisect{background:#263238;color:#eceff1;
+font-size:12px;margin:4px 0;max-height:none}.finding{font-size:13px}
+.note{color:#616161;font-size:12px}
 """
 
 
+def _html_blockers(r: dict[str, Any]) -> list[str]:
+    b = _blockers(r)
+    if not b["items"]:
+        return []
+    out = [f"<h2 id='blockers'>{_h(_blocker_heading(b))}</h2>"]
+    for x in b["items"]:
+        if x["kind"] == "test":
+            out.append(
+                f"<div class='blocker'><p><b class='o-{x['outcome']}'>{x['outcome']}</b> "
+                f"<code class='blocker-test'>{_h(x['test'])}</code> ({_h(x['requirement'])} "
+                f"MUST)</p><p>{_h(_subject(x))}: {_h(x['message'])}</p>"
+                f"<p>{_h(_kernels_text(x))}</p>"
+                + (f"<pre class='bisect'>{_h(x['bisect'])}</pre>" if x["bisect"] else "")
+                + "</div>")
+        elif x["kind"] == "requirement":
+            out.append(f"<div class='blocker'><p><b>{_h(x['requirement'])}</b> "
+                       f"{_h(x['status'].replace('_', ' '))}: {_h(x['why'])}</p>"
+                       f"<p>{_h(x['text'])}</p></div>")
+        else:
+            out.append(f"<div class='blocker'><p>{_h(x['why'])}: "
+                       f"{_h(', '.join(x['requirements']))}</p></div>")
+    if b.get("more_tests"):
+        out.append(f"<p>{b['more_tests']} more failing MUST test(s) in report.json.</p>")
+    if any(x.get("bisect") for x in b["items"]):
+        out.append(f"<p class='note'>{_h(BISECT_NOTE)}</p>")
+    return out
+
+
+def _html_next_steps(r: dict[str, Any]) -> list[str]:
+    ns = r.get("next_steps") or {}
+    if not ns.get("items"):
+        return []
+    out = ["<h2 id='next-steps'>Next steps: kernels to write</h2>",
+           f"<p class='note'>{_h(_steps_basis(ns))}</p>"]
+
+    def table(items: list[dict[str, Any]], start: int) -> str:
+        rows = "".join(
+            f"<tr><td>{i}</td><td><code>{_h(x['kernel'])}</code></td>"
+            f"<td>{_h(_dtype_text(x['dtype']))}</td><td>{_h(_step_where(x))}</td>"
+            f"<td>{x['zoo_calls']}</td><td>{x['zoo_time_ms']:.3g}</td>"
+            f"<td>{_h(', '.join(x['zoo_fell_back_in'] or x['zoo_models']) or '—')}</td>"
+            f"<td>{x['fallback_calls']}</td><td>{x['fallback_time_ms']:.3g}</td>"
+            f"<td>{x['cases']}</td>"
+            f"<td>{_h(', '.join(c for c in x['called_as'] if c != x['kernel']) or '—')}</td>"
+            "</tr>" for i, x in enumerate(items, start))
+        return ("<table class='next-steps'><tr><th>#</th><th>kernel</th><th>dtype</th>"
+                "<th>what to do</th><th>zoo calls</th><th>zoo ms / step</th>"
+                "<th>zoo models</th><th>run fallback calls</th><th>run ms</th>"
+                f"<th>op_db cases</th><th>called as</th></tr>{rows}</table>")
+
+    out.append(table(ns["items"][:STEPS_SHOWN], 1))
+    rest = ns["items"][STEPS_SHOWN:]
+    if rest:
+        out.append(f"<details><summary>{len(rest)} more</summary>"
+                   f"{table(rest, STEPS_SHOWN + 1)}</details>")
+    if ns["count"] > len(ns["items"]):
+        out.append(f"<p>{ns['count'] - len(ns['items'])} more in report.json.</p>")
+    return out
+
+
+def _html_findings(r: dict[str, Any]) -> list[str]:
+    findings = r.get("should_findings") or []
+    if not findings:
+        return []
+    out = ["<h2 id='should-findings'>SHOULD findings</h2>",
+           "<p class='note'>They do not block a level.</p>"]
+    for f in findings:
+        rows = "".join(f"<tr class='should-test'><td class='o-{t['outcome']}'>{t['outcome']}"
+                       f"</td><td><code>{_h(t['id'])}</code></td><td>{_h(t['message'])}</td>"
+                       "</tr>" for t in f["tests"])
+        out.append(f"<details class='finding'><summary><b>{_h(f['requirement'])}</b> "
+                   f"({f['level']}): {f['count']} test(s) not passing — {_h(f['text'])}"
+                   f"</summary><table>{rows}</table></details>")
+    return out
+
+
+def _html_requirements(r: dict[str, Any]) -> list[str]:
+    lv = r["level"]
+    untested = defaultdict(list)
+    for g in r.get("not_tested") or []:
+        untested[g["level"]].append(g)
+    out = ["<h2 id='requirements'>Requirements by level</h2>"]
+    for level, reqs in _requirements_by_level(r):
+        info = lv["levels"][level]
+        cls = "met" if info["met"] else ("not_tested" if not info["tested"] else "not_met")
+        why = "<br>".join(_h(w) for w in info["why"][:8])
+        out.append(f"<h3>{_h(_level_label(level))}: <span class='{cls}'>"
+                   f"{_level_state(info)}</span></h3><p class='note'>{why}</p>")
+        if reqs:
+            out.append("<table><tr><th>id</th><th>strength</th><th>capability</th>"
+                       "<th>status</th><th>tests</th><th>requirement</th><th>why</th></tr>")
+            for q in reqs:
+                out.append(f"<tr><td>{_h(q['id'])}</td><td>{q['strength']}</td>"
+                           f"<td>{_h(q['capability'] or '—')}</td><td class='{q['status']}'>"
+                           f"{_h(q['status'].replace('_', ' '))}</td><td>{q['tests']}</td>"
+                           f"<td>{_h(q['text'])}</td><td>{_h(q['why'])}</td></tr>")
+            out.append("</table>")
+        for g in untested.get(level, []):
+            out.append(f"<details><summary>{_h(_not_tested_text(g))}</summary><p>"
+                       f"{_h(', '.join(g['requirements']))}</p></details>")
+    return out
+
+
+def _area_chart(r: dict[str, Any]) -> str:
+    """Requirements per area by status: a MUST requirement not met is a red segment
+    of its area's bar however many tests passed beside it."""
+    keys = ["MUST not met", "SHOULD not met", "met", "skipped", "not tested"]
+    rows: dict[str, Counter[str]] = defaultdict(Counter)
+    for q in r["requirements"]:
+        area = q["id"].split("-")[1]
+        if q["status"] in ("not_met", "waived", "unverified"):
+            rows[area][f"{q['strength']} not met"] += 1
+        else:
+            rows[area][q["status"].replace("_", " ")] += 1
+    first_level = {}
+    for q in r["requirements"]:
+        area = q["id"].split("-")[1]
+        first_level[area] = min(first_level.get(area, 9), LEVELS.index(q["level"]))
+    ordered = sorted(rows.items(), key=lambda kv: (-kv[1]["MUST not met"],
+                                                   -kv[1]["SHOULD not met"],
+                                                   first_level[kv[0]], kv[0]))
+    return svg.stacked_bars(ordered, keys, "Requirements per area",
+                            emphasize=("MUST not met", "SHOULD not met"))
+
+
+def _tests_chart(r: dict[str, Any]) -> str:
+    """Test outcomes per area with failures split by strength."""
+    keys = ["PASS", "MUST failing", "SHOULD failing", "SKIP", "XFAIL", "XPASS"]
+    rows: dict[str, Counter[str]] = defaultdict(Counter)
+    for t in r["tests"]:
+        o = t["outcome"]
+        key = f"{t['strength']} failing" if o in outcomes.BAD and o != outcomes.XFAIL else o
+        rows[t["area"]][key] += 1
+    return svg.stacked_bars(sorted(rows.items()), keys, "Test outcomes per area",
+                            emphasize=("MUST failing", "SHOULD failing"))
+
+
 def render_html(r: dict[str, Any]) -> str:
-    lv, p = r["level"], r["plugin"]
+    lv, p, h = r["level"], r["plugin"], r["host"]
     achieved = lv["achieved"]
     color = {"none": "#c62828", "L0": "#ef6c00", "L1": "#558b2f", "L2": "#2e7d32",
              "L3": "#1b5e20"}[achieved]
@@ -194,31 +585,26 @@ def render_html(r: dict[str, Any]) -> str:
         f"<title>Conformance: {_h(p['plugin_name'])} {_h(p['version'])}</title>",
         f"<style>{CSS}</style></head><body>",
         (f"<h1>Conformance report: {_h(p['plugin_name'])} {_h(p['version'])} "
-        f"({_h(p['vendor'])})</h1>"),
-        (f"<p><span class='badge' style='background:{color}'>Level: {_h(achieved)}"
-        f"{' ' + LEVEL_NAMES[achieved] if achieved in LEVEL_NAMES else ''}</span> "
-        f"{_h(lv['summary'])}</p>"),
-        "<table>",
+         f"({_h(p['vendor'])})</h1>"),
+        (f"<p class='run-id'>library SHA-256 {_h(p['library_sha256'][:16])}…, torch "
+         f"{_h(h['torch'])}, torch-fl {_h(h['torch_fl'])}, suite {_h(h['suite'])}, run "
+         f"{_h(r['run']['started'])} (the full header is under Run)</p>"),
+        (f"<p id='verdict'><span class='badge' style='background:{color}'>Level: "
+         f"{_h(achieved)}{' ' + LEVEL_NAMES[achieved] if achieved in LEVEL_NAMES else ''}"
+         f"</span> {_h(lv['summary'])}</p>"),
     ]
-    out += [f"<tr><th>{_h(k)}</th><td>{_h(v)}</td></tr>" for k, v in _header_rows(r)]
-    out.append("</table>")
-
-    out.append("<h2>Levels</h2><table><tr><th>level</th><th>result</th><th>why</th></tr>")
-    for level, info in lv["levels"].items():
-        state = "met" if info["met"] else ("not tested" if not info["tested"] else "NOT met")
-        cls = "met" if info["met"] else ("not_tested" if not info["tested"] else "not_met")
-        why = "<br>".join(_h(w) for w in info["why"][:8])
-        should = info.get("should_not_met") or []
-        if should:
-            why += f"<br><i>SHOULD not met: {_h(', '.join(should))}</i>"
-        out.append(f"<tr><td>{level} {LEVEL_NAMES[level]}</td><td class='{cls}'>{state}</td>"
-                   f"<td>{why}</td></tr>")
-    out.append("</table>")
+    out += _html_blockers(r)
+    out += _html_next_steps(r)
+    out += _html_findings(r)
+    out += _html_requirements(r)
 
     out.append("<h2>Results by area</h2>")
-    by_area = r["errors"]["by_area"]
-    out.append(svg.stacked_bars(list(by_area.items()), list(outcomes.OUTCOMES),
-                                "Test outcomes per area"))
+    out.append(_area_chart(r))
+    out.append(_tests_chart(r))
+
+    out.append("<h2 id='run'>Run</h2><table>")
+    out += [f"<tr><th>{_h(k)}</th><td>{_h(v)}</td></tr>" for k, v in _header_rows(r)]
+    out.append("</table>")
 
     cov = r["coverage"]
     if cov["ops"]:
@@ -237,9 +623,6 @@ def render_html(r: dict[str, Any]) -> str:
             out.append(f"<p>{len(cov['random_ops'])} random operator(s) compared by structure, "
                        "finiteness and same-seed reproducibility (the device's random stream "
                        f"differs from the CPU's): {_h(', '.join(cov['random_ops']))}.</p>")
-        top = [(x["op"], x["cases"]) for x in cov["top_fallback_aten_ops"][:15]]
-        out.append(svg.bars(top, "Missing kernels: aten ops sending most cases to the CPU",
-                            color="#f9a825"))
 
     kinds = [(k["kind"], k["count"]) for k in r["errors"]["by_kind"][:15]]
     out.append("<h2>Error distribution</h2>")
@@ -256,30 +639,29 @@ def render_html(r: dict[str, Any]) -> str:
                        + "</td></tr>")
         out.append("</table>")
 
-    out.append("<h2>Requirements</h2><table><tr><th>id</th><th>strength</th><th>level</th>"
-               "<th>capability</th><th>status</th><th>tests</th><th>requirement</th>"
-               "<th>why</th></tr>")
-    for q in r["requirements"]:
-        out.append(f"<tr><td>{_h(q['id'])}</td><td>{q['strength']}</td><td>{q['level']}</td>"
-                   f"<td>{_h(q['capability'] or '—')}</td><td class='{q['status']}'>"
-                   f"{_h(q['status'].replace('_', ' '))}</td><td>{q['tests']}</td>"
-                   f"<td>{_h(q['text'])}</td><td>{_h(q['why'])}</td></tr>")
-    out.append("</table>")
+    must, should = _not_passing(r)
+    n_should = sum(len(v) for v in should.values())
+    out.append(f"<h2>Tests not passing ({len(must) + n_should})</h2>")
 
-    bad = [t for t in r["tests"] if t["outcome"] in BAD_SHOWN]
-    out.append(f"<h2>Tests not passing ({len(bad)})</h2>")
-    if bad:
-        out.append("<table><tr><th>outcome</th><th>test</th><th>requirement</th>"
-                   "<th>message</th></tr>")
-        for t in bad[:500]:
+    def rows_of(tests: list[dict[str, Any]]) -> str:
+        cells = []
+        for t in tests:
             detail = (f"<details><summary>detail</summary><pre>{_h(t['detail'])}</pre>"
                       "</details>") if t.get("detail") else ""
-            out.append(f"<tr><td class='o-{t['outcome']}'>{t['outcome']}</td>"
-                       f"<td><code>{_h(t['id'])}</code></td><td>{_h(t['requirement'])}</td>"
-                       f"<td>{_h(t['message'][:400])}{detail}</td></tr>")
-        out.append("</table>")
-        if len(bad) > 500:
-            out.append(f"<p>{len(bad) - 500} more in report.json.</p>")
+            cells.append(f"<tr><td class='o-{t['outcome']}'>{t['outcome']}</td>"
+                         f"<td><code>{_h(t['id'])}</code></td><td>{_h(t['requirement'])}</td>"
+                         f"<td>{_h(t['message'][:400])}{detail}</td></tr>")
+        return ("<table><tr><th>outcome</th><th>test</th><th>requirement</th>"
+                "<th>message</th></tr>" + "".join(cells) + "</table>")
+
+    if must:
+        out.append(f"<h3>MUST ({len(must)}), lowest level first</h3>")
+        out.append(rows_of(must[:500]))
+        if len(must) > 500:
+            out.append(f"<p>{len(must) - 500} more in report.json.</p>")
+    for rid, tests in should.items():
+        out.append(f"<details><summary>SHOULD {_h(rid)}: {len(tests)} test(s)</summary>"
+                   f"{rows_of(tests[:500])}</details>")
 
     skips = Counter(t["message"][:120] for t in r["tests"] if t["outcome"] == outcomes.SKIP)
     if skips:
