@@ -196,6 +196,19 @@ def test_next_steps_per_functional_op_and_dtype_never_one_already_native() -> No
     assert "register aten::log for float32 in the plugin's kernel table" in text, text
 
 
+def test_a_fallback_in_the_zoo_training_on_the_device_ranks_first() -> None:
+    ops = [_stat("aten::convolution", "float32", fallback=3),
+           _stat("aten::log.out", "float32", fallback=40)]
+    zoo = {"models": ["resnet18"], "error": "",
+           "rows": {("aten::convolution", "float32"): {"calls": 20, "time_ns": 80_000_000,
+                                                       "models": {"resnet18"}}}}
+    trained = _test("TFL-TRAIN-002", "FAIL", "L2/test_models.py::test_model[lm-no_fallback]",
+                    {"training": {"model": "lm", "fallback_ops": ["aten::log.out (float32)"]}})
+    r = _synthetic(_all_pass_but(trained), ops, zoo)
+    first = r["next_steps"]["items"][0]
+    assert (first["kernel"], first["zoo_fell_back_in"]) == ("aten::log", ["lm"]), first
+
+
 def test_functional_names_are_the_ones_to_register() -> None:
     got = {op: functional_name(op) for op in (
         "aten::log.out", "aten::add_.Tensor", "aten::max.dim_max", "aten::mean.out",
