@@ -469,6 +469,7 @@ def _blockers(reqs: list[dict[str, Any]], level: dict[str, Any], tests: list[dic
         tested_items = []
         for t in found[:_BLOCKERS_KEPT]:
             op, dtype = _subject(t["id"])
+            dtype = dtype or str((t.get("data") or {}).get("dtype") or "")  # recorded by the test
             k = (t.get("data") or {}).get("kernels") or {}
             kernels = bisect_kernels(t, suspects, bridge)
             tested_items.append({
