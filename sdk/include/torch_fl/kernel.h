@@ -162,9 +162,24 @@ typedef struct TFL_KernelDesc {
                             input) the kernel accepts; other dtypes fall back */
   uint32_t flags;        /* TFL_KernelFlags */
   int32_t preferred_memory_format; /* TFL_MemoryFormat of fresh outputs; ANY = as meta says */
+  /* ABI 1.1. The full schema the kernel was written for, as PyTorch prints
+   * it (str(torch.ops.aten.add.Tensor._schema)):
+   * "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor".
+   * NULL (or a plugin built against 1.0) registers by name alone. With it the
+   * host compares the schema against the running PyTorch's:
+   *   - equal: the kernel is registered;
+   *   - the running schema only adds arguments that have defaults: the kernel
+   *     is registered and receives exactly the arguments of its own schema;
+   *     a call that passes a non-default value for an added argument runs on
+   *     the fallback chain instead;
+   *   - anything else (a changed type, default, name, order or return): the
+   *     kernel is refused with a warning naming the operator and both
+   *     schemas, and the operator falls back.
+   * A plugin that fills this field cannot be handed shifted arguments when a
+   * PyTorch release changes an operator. */
+  const char* schema;
 } TFL_KernelDesc;
-#define TFL_KernelDesc_STRUCT_SIZE \
-  TFL_STRUCT_SIZE(TFL_KernelDesc, preferred_memory_format)
+#define TFL_KernelDesc_STRUCT_SIZE TFL_STRUCT_SIZE(TFL_KernelDesc, schema)
 
 /* A new operator with autograd, in the plugin's own namespace.
  *

@@ -47,7 +47,7 @@ extern "C" {
  * Every minor bump is an entry in ABI_CHANGELOG.md.
  */
 #define TFL_ABI_MAJOR 1
-#define TFL_ABI_MINOR 0
+#define TFL_ABI_MINOR 1
 
 /* ========================================================================
  * Helpers

@@ -31,6 +31,9 @@ class PluginHandle:
     metadata: dict[str, str] = field(default_factory=dict)
     source: str = "register_device_plugin"
     passed_over: tuple[str, ...] = ()
+    # Registered for an older schema of their operator (TFL_KernelDesc.schema):
+    # (op, which added arguments the kernel does not receive).
+    adapted_kernels: tuple[tuple[str, str], ...] = ()
 
     @property
     def device_count(self) -> int:
@@ -54,6 +57,9 @@ class PluginHandle:
         if self.rejected_kernels:
             lines.append(f"  kernels not registered: {len(self.rejected_kernels)}")
             lines.extend(f"    {op}: {why}" for op, why in self.rejected_kernels)
+        if self.adapted_kernels:
+            lines.append(f"  kernels registered for an older schema: {len(self.adapted_kernels)}")
+            lines.extend(f"    {op}: {what}" for op, what in self.adapted_kernels)
         if self.passed_over:
             lines.append(f"  other plugins not loaded: {', '.join(self.passed_over)}")
         return "\n".join(lines)

@@ -190,6 +190,11 @@ def register_device_plugin(
 
         torch.utils.rename_privateuse1_backend(name)
         report = _C.register_backend(_disabled_kernels())
+        for message in report["warnings"]:
+            # A kernel refused by the schema guard: its plugin names a schema
+            # this PyTorch does not have (TFL_KernelDesc.schema).
+            warnings.warn(f"torch-fl: {message} (torch {torch.__version__})", RuntimeWarning,
+                          stacklevel=2)
         torch._register_device_module(name, make_device_module(name, info))
         torch.utils.generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
@@ -226,6 +231,7 @@ def register_device_plugin(
             groups=dict(info["groups"]),
             kernels=tuple(report["registered"]),
             rejected_kernels=tuple(tuple(r) for r in report["rejected"]),
+            adapted_kernels=tuple(tuple(r) for r in report["adapted"]),
             symbol_kernels=tuple(info["symbol_kernels"]),
             custom_ops=tuple(custom),
             priority=spec.priority if spec is not None and priority == 0 else priority,

@@ -1,10 +1,12 @@
 #include "registry.h"
 
 #include <array>
+#include <cstring>
 #include <vector>
 
 #include "../../errors.h"
 #include "launch.h"
+#include "../kernel_schemas.h"
 
 namespace flemu {
 
@@ -26,6 +28,24 @@ const Entry kTable[] = {
 #undef FLEMU_KERNEL_ENTRY
 };
 constexpr size_t kNumTable = sizeof(kTable) / sizeof(kTable[0]);
+
+// The schema each kernel was written for (kernel_schemas.h, generated).
+struct SchemaEntry {
+  const char* op;
+  const char* schema;
+};
+const SchemaEntry kSchemas[] = {
+#define FLEMU_SCHEMA_ENTRY(op, schema) {op, schema},
+    FLEMU_KERNEL_SCHEMAS(FLEMU_SCHEMA_ENTRY)
+#undef FLEMU_SCHEMA_ENTRY
+};
+
+const char* schema_of(const char* op) {
+  for (const SchemaEntry& s : kSchemas) {
+    if (std::strcmp(s.op, op) == 0) return s.schema;
+  }
+  return nullptr;
+}
 
 struct CustomEntry {
   int32_t id;
@@ -100,6 +120,7 @@ void configure_kernels(const Config& cfg) {
     d.dtypes = e.dtypes & (minimal ? e.minimal.dtypes : ~uint64_t{0}) & ~disabled;
     d.flags = minimal ? e.minimal.flags : e.flags;
     d.preferred_memory_format = TFL_MEMORY_FORMAT_ANY;
+    d.schema = schema_of(e.name);
     g_listed.push_back(&d);
     s.contracts[i] = {d.dtypes, d.flags};
     registered[i] = true;

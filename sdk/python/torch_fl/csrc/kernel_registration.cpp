@@ -4,6 +4,7 @@
 #include "kernel_abi.h"
 #include "minimal_ops.h"
 #include "native_kernel.h"
+#include "schema_guard.h"
 #include "signature.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -107,11 +108,20 @@ void register_one(
   std::string impl_name = name.substr(name.find("::") + 2);
   KernelSpec own = spec;
   own.op = name;
+  HiddenArgs hidden = HiddenArgs::locate(spec.hidden, handle.schema());
+  if (functional.has_value() && !hidden.empty()) {
+    std::string names;
+    for (const std::string& n : hidden.names) {
+      names += (names.empty() ? "'" : ", '") + n + "'";
+    }
+    report.adapted.emplace_back(
+        name, "served by the kernel of " + spec.op + ", which does not receive " + names);
+  }
   library_for(ns, aten, libraries)
       .impl(
           impl_name.c_str(),
-          torch::CppFunction::makeFromBoxedFunctor(
-              std::make_unique<NativeKernel>(own, std::move(sig), std::move(functional))));
+          torch::CppFunction::makeFromBoxedFunctor(std::make_unique<NativeKernel>(
+              own, std::move(sig), std::move(functional), std::vector<int32_t>{}, std::move(hidden))));
   {
     std::unique_lock<std::shared_mutex> lock(native_table().mutex);
     native_table().dtypes[name] = spec.dtypes;
@@ -121,6 +131,35 @@ void register_one(
 
 bool is_composite_implicit(const c10::OperatorHandle& handle) {
   return handle.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+}
+
+// The schema guard: false (with the reason and a warning in `report`) when
+// the kernel was written for a schema this PyTorch does not have.
+bool guard_schema(KernelSpec& spec, const c10::OperatorHandle& handle, KernelRegistration& report) {
+  if (spec.schema.empty()) {
+    return true;
+  }
+  const SchemaMatch match = match_schema(spec.schema, handle.schema());
+  const std::string running = c10::toString(handle.schema());
+  if (match.kind == SchemaMatch::Kind::Refused) {
+    const std::string why = "it was written for '" + spec.schema + "', and this PyTorch has '" +
+        running + "' (" + match.reason + "); it runs on the fallback chain until the plugin states "
+        "the new schema";
+    report.rejected.emplace_back(spec.op, why);
+    report.warnings.push_back("the plugin's kernel for " + spec.op + " is not registered: " + why);
+    return false;
+  }
+  if (match.kind == SchemaMatch::Kind::Adapted) {
+    spec.hidden = match.added;
+    std::string added;
+    for (const std::string& name : match.added) {
+      added += (added.empty() ? "'" : ", '") + name + "'";
+    }
+    report.adapted.emplace_back(
+        spec.op, "written for '" + spec.schema + "'; this PyTorch adds " + added +
+            ", which the kernel does not receive: calls that pass a non-default value fall back");
+  }
+  return true;
 }
 
 } // namespace
@@ -161,6 +200,9 @@ KernelRegistration register_plugin_kernels(
         if (TFL_HAS_FIELD(desc, TFL_KernelDesc, preferred_memory_format)) {
           spec.memory_format = desc->preferred_memory_format;
         }
+        if (TFL_HAS_FIELD(desc, TFL_KernelDesc, schema) && desc->schema != nullptr) {
+          spec.schema = desc->schema;
+        }
         if (seen.insert(op).second) {
           specs.push_back(spec);
         }
@@ -188,7 +230,7 @@ KernelRegistration register_plugin_kernels(
   const auto& minimal = minimal_op_names();
   std::set<std::string> explicit_ops(seen.begin(), seen.end());
   std::set<std::string> done;
-  for (const KernelSpec& spec : specs) {
+  for (KernelSpec& spec : specs) {
     if (disabled.count(spec.op)) {
       report.rejected.emplace_back(spec.op, "disabled by TORCH_FL_DISABLE_KERNELS");
       continue;
@@ -207,6 +249,9 @@ KernelRegistration register_plugin_kernels(
           spec.op,
           "it is CompositeImplicitAutograd (PyTorch decomposes it before it reaches a "
           "device); register the operators it decomposes into");
+      continue;
+    }
+    if (!guard_schema(spec, *handle, report)) {
       continue;
     }
     register_one(spec, *handle, std::nullopt, aten, libraries, report);

@@ -18,6 +18,11 @@ namespace torch_fl::bridge {
 struct KernelRegistration {
   std::vector<std::string> registered;                      // schema names
   std::vector<std::pair<std::string, std::string>> rejected; // name, reason
+  // Registered for an older schema: PyTorch added defaulted arguments since
+  // (schema_guard.h). Name, what the kernel does not receive.
+  std::vector<std::pair<std::string, std::string>> adapted;
+  // What registering should warn about (raised as Python warnings by the caller).
+  std::vector<std::string> warnings;
 };
 
 // Registers the plugin's kernels (table and symbol convention) with the

@@ -192,6 +192,13 @@ void marshal_call(
       continue;
     }
     const c10::IValue& v = args[i];
+    if (info.hidden) {
+      // Holds its default (checked before the launch); a tensor default is None.
+      if (v.isNone() && info.kind == ArgKind::Tensor) {
+        ++slot;
+      }
+      continue;
+    }
     if (v.isNone()) {
       if (info.kind == ArgKind::Tensor) {
         ++slot;

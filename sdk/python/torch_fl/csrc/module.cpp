@@ -323,6 +323,12 @@ py::dict register_backend(const std::vector<std::string>& disabled_list) {
     rejected.append(py::make_tuple(name, reason));
   }
   out["rejected"] = rejected;
+  py::list adapted;
+  for (const auto& [name, what] : report.adapted) {
+    adapted.append(py::make_tuple(name, what));
+  }
+  out["adapted"] = adapted;
+  out["warnings"] = report.warnings;
   return out;
 }
 

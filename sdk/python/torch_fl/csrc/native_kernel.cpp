@@ -65,8 +65,12 @@ NativeKernel::NativeKernel(
     KernelSpec spec,
     Signature sig,
     std::optional<c10::OperatorHandle> functional,
-    std::vector<int32_t> output_like)
-    : spec_(std::move(spec)), sig_(std::move(sig)), counters_(sig_.name) {
+    std::vector<int32_t> output_like,
+    HiddenArgs hidden)
+    : spec_(std::move(spec)), sig_(std::move(sig)), hidden_(std::move(hidden)), counters_(sig_.name) {
+  for (size_t pos : hidden_.positions) {
+    sig_.args[pos].hidden = true;
+  }
   meta_source_.sig = &sig_;
   meta_source_.functional = functional;
   meta_source_.output_like = std::move(output_like);
@@ -86,6 +90,14 @@ void NativeKernel::operator()(
   const size_t nargs = sig_.args.size();
   auto args = torch::jit::last(*stack, nargs);
 
+  if (!hidden_.empty()) {
+    if (const std::string* name = hidden_.first_non_default(args)) {
+      const std::string why = "the kernel was written for a schema without the argument '" + *name +
+          "', and this call passes another value than its default";
+      run_fallback(op, ks, stack, why.c_str());
+      return;
+    }
+  }
   CallShape call;
   MetaKey key;
   scan_call(sig_, args, call, key);

@@ -15,6 +15,7 @@
 #include "meta.h"
 #include "op_stats.h"
 #include "operands.h"
+#include "schema_guard.h"
 #include "signature.h"
 
 #include <torch_fl/plugin_api.h>
@@ -36,17 +37,21 @@ struct KernelSpec {
   uint64_t dtypes = 0;
   uint32_t flags = 0;
   int32_t memory_format = TFL_MEMORY_FORMAT_ANY;
+  std::string schema;              // the schema the kernel was written for; empty = not stated
+  std::vector<std::string> hidden; // arguments PyTorch added since that schema (schema_guard.h)
 };
 
 class NativeKernel final : public c10::OperatorKernel {
  public:
   // `functional`: for an in-place/out= overload served by the functional
   // overload's kernel. `output_like`: for custom ops (no meta function).
+  // `hidden`: arguments of `sig` the kernel does not receive (schema_guard.h).
   NativeKernel(
       KernelSpec spec,
       Signature sig,
       std::optional<c10::OperatorHandle> functional,
-      std::vector<int32_t> output_like = {});
+      std::vector<int32_t> output_like = {},
+      HiddenArgs hidden = {});
   // Holds pointers to its own members: never copied or moved.
   NativeKernel(const NativeKernel&) = delete;
   NativeKernel& operator=(const NativeKernel&) = delete;
@@ -65,6 +70,7 @@ class NativeKernel final : public c10::OperatorKernel {
 
   KernelSpec spec_;
   Signature sig_;
+  HiddenArgs hidden_;
   MetaSource meta_source_;
   std::vector<bool> read_write_;
   OperandRules rules_;

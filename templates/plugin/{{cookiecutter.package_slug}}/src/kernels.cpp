@@ -113,6 +113,11 @@ const TFL_KernelDesc kAddTensor = {
     TFL_DTYPE_BIT(TFL_DTYPE_FLOAT32),  // other dtypes fall back
     kElementwiseFlags,
     TFL_MEMORY_FORMAT_ANY,
+    // The schema this kernel is written for, as str(torch.ops.aten.add.Tensor._schema)
+    // prints it. Should a PyTorch release change it, the bridge refuses the
+    // kernel with a warning (the op falls back) rather than hand it shifted
+    // arguments; a release that only appends defaulted arguments keeps it.
+    "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
 };
 const TFL_KernelDesc* const kKernelTable[] = {&kAddTensor};
 

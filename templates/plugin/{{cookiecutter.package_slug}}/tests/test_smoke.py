@@ -164,3 +164,13 @@ def test_streams_and_events_order_work(device: torch.device) -> None:
     assert start.elapsed_time(end) >= 0.0, f"elapsed_time = {start.elapsed_time(end)}"
     module.current_stream(device).wait_stream(side)
     assert torch.equal(out.cpu(), a.cpu() * 2), "work on a side stream gave the wrong result"
+
+
+def test_kernel_schemas_match_this_pytorch(device: torch.device) -> None:
+    # Each kernel states the schema it was written for (TFL_KernelDesc.schema);
+    # a PyTorch whose schema differs has the kernel refused or adapted.
+    handle = torch_fl.get_plugin()
+    refused = {op: why for op, why in handle.rejected_kernels if "written for" in why}
+    assert not refused, refused
+    assert "aten::add.Tensor" in handle.kernels, handle.kernels
+    assert not handle.adapted_kernels, handle.adapted_kernels
