@@ -239,6 +239,27 @@ def test_error_mode_forbids_cpu_fallback() -> None:
     msg = str(err.value)
     assert "aten::atan2.out" in msg and "float32" in msg and "TORCH_FL_FALLBACK=error" in msg, msg
     assert torch_fl.op_stats().get("aten::atan2.out").failed >= 1
+    # It names what to register (the functional overload, which also serves
+    # atan2.out), with the dtype, and where: the kernel table or the symbol.
+    assert "register a kernel for aten::atan2 (it also serves aten::atan2.out)" in msg, msg
+    assert "float32 in its dtypes in the 'flemu' plugin" in msg and "Kernels_List" in msg, msg
+    assert "torch_fl_op_atan2" in msg, msg
+
+
+def test_error_mode_offers_the_symbol_convention_only_for_float32() -> None:
+    dev = torch.tensor([0.5, 1.0], dtype=torch.float64, device="flemu")
+    with torch_fl.fallback_mode("error"), pytest.raises(NotImplementedError) as err:
+        torch.atan2(dev, dev)
+    msg = str(err.value)
+    assert "float64 in its dtypes" in msg and "torch_fl_op_" not in msg, msg
+
+
+def test_error_mode_names_the_functional_overload_of_an_in_place_call() -> None:
+    dev = torch.tensor([0.5, 1.0], device="flemu")
+    with torch_fl.fallback_mode("error"), pytest.raises(NotImplementedError) as err:
+        dev.atan2_(dev)
+    msg = str(err.value)
+    assert "register a kernel for aten::atan2 " in msg, msg
 
 
 @pytest.mark.parametrize("make", [

@@ -5,6 +5,7 @@
 #include "op_rules.h"
 #include "op_stats.h"
 #include "loaded_plugin.h"
+#include "signature.h"
 #include "streams.h"
 
 #include <ATen/ATen.h>
@@ -87,6 +88,29 @@ c10::ScalarType common_dtype(c10::ArrayRef<c10::IValue> args, const c10::Functio
 std::string dtype_name(c10::ScalarType dtype) {
   return dtype == c10::ScalarType::Undefined ? std::string("no dtype")
                                              : std::string(c10::getDtypeNames(dtype).first);
+}
+
+// What a plugin registers to serve `op` natively: the functional overload,
+// whose kernel also serves the in-place and out= overloads, with the dtype
+// bit, and where: the kernel table, or for float32 the symbol convention.
+std::string what_to_register(const c10::OperatorHandle& op, c10::ScalarType dtype, const std::string& plugin) {
+  const std::optional<c10::OperatorHandle> functional = functional_of(op);
+  const c10::OperatorHandle& target = functional.has_value() ? *functional : op;
+  std::string text = "register a kernel for " + c10::toString(target.operator_name());
+  if (target.operator_name() != op.operator_name()) {
+    text += " (it also serves " + c10::toString(op.operator_name()) + ")";
+  }
+  if (dtype != c10::ScalarType::Undefined) {
+    text += " with " + dtype_name(dtype) + " in its dtypes";
+  }
+  text += " in the '" + plugin + "' plugin: a TFL_KernelDesc in its Kernels_List";
+  if (dtype == c10::ScalarType::Float && target.schema().name().rfind("aten::", 0) == 0) {
+    text += ", or an exported function torch_fl_op_" + target.schema().name().substr(6);
+    if (!target.schema().overload_name().empty()) {
+      text += "_" + target.schema().overload_name();
+    }
+  }
+  return text;
 }
 
 bool takes_generator(const c10::FunctionSchema& schema) {
@@ -388,8 +412,8 @@ void run_fallback(
     counter.add(Path::Failed, now_ns() - start - setup);
     TORCH_CHECK_NOT_IMPLEMENTED(
         false, name, " (", dtype_name(dtype), ") would run on the CPU fallback: ", reason,
-        ". TORCH_FL_FALLBACK=error forbids CPU fallbacks; implement the op in the '",
-        plugin, "' plugin, or set TORCH_FL_FALLBACK=warn to allow them");
+        ". TORCH_FL_FALLBACK=error forbids CPU fallbacks; ", what_to_register(op, dtype, plugin),
+        "; or set TORCH_FL_FALLBACK=warn to allow them");
   }
   const uint64_t bytes_before = transfer_bytes();
   try {

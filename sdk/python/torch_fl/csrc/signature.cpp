@@ -225,4 +225,32 @@ std::vector<c10::OperatorHandle> derived_variants(const c10::OperatorHandle& fun
   return variants;
 }
 
+std::optional<c10::OperatorHandle> functional_of(const c10::OperatorHandle& variant) {
+  const Signature sig = analyze(variant.schema());
+  if (sig.variant == TFL_VARIANT_FUNCTIONAL) {
+    return variant;
+  }
+  std::string base = variant.schema().name();
+  if (sig.variant == TFL_VARIANT_INPLACE && !base.empty() && base.back() == '_') {
+    base.pop_back();
+  }
+  const c10::OperatorName wanted = variant.operator_name();
+  for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    if (name.name != base) {
+      continue;
+    }
+    auto handle = c10::Dispatcher::singleton().findOp(name);
+    if (!handle.has_value() || !handle->hasSchema() ||
+        analyze(handle->schema()).variant != TFL_VARIANT_FUNCTIONAL) {
+      continue;
+    }
+    for (const c10::OperatorHandle& v : derived_variants(*handle)) {
+      if (v.operator_name() == wanted) {
+        return handle;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 } // namespace torch_fl::bridge

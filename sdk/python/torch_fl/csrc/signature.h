@@ -8,6 +8,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,7 @@ struct ArgInfo {
   bool out = false;   // an out= argument
   bool write = false; // written by the operator (annotated, or an op_rules mutation)
   bool host = false;  // its tensors may be on the CPU (op_rules: moved to the device)
+  bool hidden = false; // not passed to the kernel: its schema predates the argument (schema_guard.h)
 };
 
 struct Signature {
@@ -58,5 +60,9 @@ Signature analyze(const c10::FunctionSchema& schema);
 // The in-place and out= overloads that share a functional overload's
 // arguments, so one kernel can serve them.
 std::vector<c10::OperatorHandle> derived_variants(const c10::OperatorHandle& functional);
+
+// The functional overload whose kernel would also serve `variant` (itself
+// when it is functional); nullopt when no functional overload derives it.
+std::optional<c10::OperatorHandle> functional_of(const c10::OperatorHandle& variant);
 
 } // namespace torch_fl::bridge
