@@ -74,6 +74,8 @@ def compile_library(project: Path, output: Path) -> Path:
         *sources,
         f"-Wl,--version-script={project / 'src' / 'exports.map'}",
         "-Wl,--no-undefined",
+        "-static-libstdc++",
+        "-static-libgcc",
         "-pthread",
         "-o",
         str(output),
