@@ -195,14 +195,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except RunError as exc:
         print(f"torchfl-conformance: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    lv = report["level"]
-    s = report["summary"]["outcomes"]
-    print(f"\nlevel achieved: {lv['achieved']} — {lv['summary']}")
-    print("tests: " + ", ".join(f"{k.lower()} {v}" for k, v in s.items() if v))
-    cov = report["coverage"]["totals"]
-    if any(cov.values()):
-        print("op coverage (op/dtype cases): "
-              + ", ".join(f"{k} {v}" for k, v in cov.items() if v))
+    # The runner has printed the summary (verdict, blockers, next steps).
     stale = report["expectations"]["stale"]
     if stale:
         print(f"warning: {len(stale)} stale expectation entries (see the report)")

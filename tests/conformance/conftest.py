@@ -15,6 +15,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# The target and host of reports built in-process from synthetic test results.
+FAKE_TARGET = {
+    "device_type": "fake", "plugin_name": "fake", "vendor": "v", "version": "1", "abi": "1.0",
+    "host_abi": "1.0", "library": "/x.so", "library_sha256": "0" * 64, "device_count": 1,
+    "devices": [], "groups": {}, "capabilities": ["fp16"], "native_kernels": 0,
+}
+FAKE_HOST = {"hostname": "h", "platform": "p", "machine": "m", "python": "3", "cpu_count": 2,
+             "torch": "2.13", "torch_fl": "0.1", "suite": "0.1"}
+
 def cli_env(**extra: str) -> dict[str, str]:
     """This process's environment without flemu's and torch-fl's settings (a run
     sets its own), keeping FLEMU_LIBRARY: which build of flemu is certified."""

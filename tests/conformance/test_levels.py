@@ -4,19 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from conftest import FAKE_HOST, FAKE_TARGET
 from torch_fl_conformance.report import integrity
 from torch_fl_conformance.report.build import build_report
 from torch_fl_conformance.report.diff import diff_reports
 from torch_fl_conformance.report.schema import validate
 from torch_fl_conformance.requirements import load_requirements
 
-TARGET = {
-    "device_type": "fake", "plugin_name": "fake", "vendor": "v", "version": "1", "abi": "1.0",
-    "host_abi": "1.0", "library": "/x.so", "library_sha256": "0" * 64, "device_count": 1,
-    "devices": [], "groups": {}, "capabilities": ["fp16"], "native_kernels": 0,
-}
-HOST = {"hostname": "h", "platform": "p", "machine": "m", "python": "3", "cpu_count": 2,
-        "torch": "2.13", "torch_fl": "0.1", "suite": "0.1"}
+TARGET, HOST = FAKE_TARGET, FAKE_HOST
 
 
 def _tests(overrides: dict[str, str]) -> list[dict[str, Any]]:

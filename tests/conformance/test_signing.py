@@ -18,20 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import cli_env, load_report, run_cli
+from conftest import FAKE_HOST, FAKE_TARGET, cli_env, load_report, run_cli
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from torch_fl_conformance.report import integrity
 from torch_fl_conformance.report.build import build_report
 from torch_fl_conformance.report.write import write_all
 from torch_fl_conformance.requirements import load_requirements
 
-TARGET = {
-    "device_type": "fake", "plugin_name": "fake", "vendor": "v", "version": "1", "abi": "1.0",
-    "host_abi": "1.0", "library": "/x.so", "library_sha256": "0" * 64, "device_count": 1,
-    "devices": [], "groups": {}, "capabilities": ["fp16"], "native_kernels": 0,
-}
-HOST = {"hostname": "h", "platform": "p", "machine": "m", "python": "3", "cpu_count": 2,
-        "torch": "2.13", "torch_fl": "0.1", "suite": "0.1"}
+TARGET, HOST = FAKE_TARGET, FAKE_HOST
 FAILING = ("TFL-MEM-002", "TFL-OPS-002")  # MUST requirements: the report reaches L0 only
 
 

@@ -113,7 +113,7 @@ def check_plugin(spec: PluginSpec, timeout: float = DEFAULT_TIMEOUT) -> PluginSt
 
 
 def list_plugins(timeout: float = DEFAULT_TIMEOUT, jobs: int = 2) -> list[PluginStatus]:
-    """Every discovered plugin (highest priority first) with its load result."""
+    """Every discovered plugin, in autoload order, with its load result."""
     specs = discover_plugins()
     if not specs:
         return []
@@ -131,7 +131,7 @@ def format_listing(statuses: list[PluginStatus]) -> str:
             "no plugins found: torch-fl looks at `torch_fl.plugins` entry points of installed "
             "packages and at TORCH_FL_PLUGINS (name=/path/lib.so[@priority], ':'-separated)"
         )
-    lines = [(f"{len(statuses)} plugin(s) found, highest priority first "
+    lines = [(f"{len(statuses)} plugin(s) found, in autoload order "
               "(each loaded in a fresh process):")]
     for s in statuses:
         tag = "PASS" if s.ok else "FAIL"
