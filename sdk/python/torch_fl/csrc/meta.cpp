@@ -154,7 +154,11 @@ MetaEntry compute_meta(const MetaSource& src, const c10::OperatorHandle& op,
   // PyTorch's Python meta functions have bugs, e.g. a missing optional
   // bias); any failure sends the call down the fallback chain.
   try {
-    meta_op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &stack);
+    if (src.cpp_meta != nullptr) {
+      src.cpp_meta->callBoxed(meta_op, c10::DispatchKeySet(c10::DispatchKey::Meta), &stack);
+    } else {
+      meta_op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &stack);
+    }
   } catch (const c10::Error& e) {
     entry.unavailable = true;
     entry.reason = std::string("its output metadata could not be computed (") +

@@ -4,7 +4,8 @@
 // The cache key is built by the call's scan (native_kernel.cpp) from the
 // argument kinds, dtypes, sizes, strides, devices and scalar kinds, so a
 // hit costs a hash and a compare; a miss runs the operator's meta function
-// (C++ structured meta functions are cheap, PyTorch's Python ones are not).
+// (C++ structured meta functions are cheap, PyTorch's Python ones are not:
+// cpp_meta.h skips them where a C++ one exists).
 #pragma once
 
 #include "signature.h"
@@ -74,6 +75,9 @@ struct MetaSource {
   // Custom ops have no meta function: output i is shaped like the tensor
   // argument at schema position output_like[i].
   std::vector<int32_t> output_like;
+  // PyTorch's C++ meta function for the operator asked, where its Meta key
+  // runs a Python one instead (cpp_meta.h); nullptr: ask the Meta key.
+  const c10::KernelFunction* cpp_meta = nullptr;
 };
 
 // The metadata of `op` called with `args` (the operator's own arguments).

@@ -1,6 +1,7 @@
 #include "native_kernel.h"
 
 #include "call_scan.h"
+#include "cpp_meta.h"
 #include "fallback.h"
 #include "generator.h"
 #include "kernel_abi.h"
@@ -59,6 +60,15 @@ void reserve_random(
   ctx->rng_span = (span + 3) / 4 * 4;
 }
 
+// "aten::add.Tensor" -> {"aten::add", "Tensor"}; operator names hold no '.'.
+c10::OperatorName operator_name_of(const std::string& schema_name) {
+  const size_t dot = schema_name.find('.', schema_name.find("::"));
+  if (dot == std::string::npos) {
+    return c10::OperatorName(schema_name, "");
+  }
+  return c10::OperatorName(schema_name.substr(0, dot), schema_name.substr(dot + 1));
+}
+
 } // namespace
 
 NativeKernel::NativeKernel(
@@ -74,6 +84,8 @@ NativeKernel::NativeKernel(
   meta_source_.sig = &sig_;
   meta_source_.functional = functional;
   meta_source_.output_like = std::move(output_like);
+  meta_source_.cpp_meta = cpp_meta_function(
+      functional.has_value() ? functional->operator_name() : operator_name_of(sig_.name));
   read_write_ = read_write_args(sig_, functional);
   rules_.sig = &sig_;
   rules_.flags = spec_.flags;

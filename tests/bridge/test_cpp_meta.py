@@ -1,0 +1,90 @@
+"""Output metadata from PyTorch's C++ meta functions (csrc/cpp_meta.h).
+
+`import torch` replaces the C++ Meta kernels of about 640 aten operators with
+Python ones; the first elementwise one a process runs imports torch._dynamo
+(over a second). The bridge calls the C++ meta function for the operators in
+csrc/cpp_meta_table.h, so a process's first native op imports nothing, and
+its outputs are shaped, strided and typed as the CPU's.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOL = ROOT / "sdk" / "tools" / "cpp_meta_table.py"
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("cpp_meta_table", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cpp_meta_table_is_current() -> None:
+    tool = _tool()
+    text = tool.HEADER.read_text()
+    assert "X(add_Tensor, add)" in text and "X(add_out, add_outf)" in text, text[:400]
+    assert text == tool.render(), (
+        "sdk/python/torch_fl/csrc/cpp_meta_table.h is stale; run "
+        "`python sdk/tools/cpp_meta_table.py` and rebuild the bridge")
+
+
+_FIRST_OPS = """
+import sys
+import torch, torch_fl
+torch_fl.register_device_plugin("flemu")
+x = torch.ones(16, device="flemu")
+y = (x + x).exp(); torch.flemu.synchronize()
+assert torch.equal(y.cpu(), torch.full((16,), 2.0).exp()), y.cpu()
+stats = torch_fl.op_stats()
+for op in ("aten::add.Tensor", "aten::exp"):
+    row = stats.get(op)
+    assert row.native == 1 and row.cpu_fallback == 0, (op, row)
+print("dynamo imported:", "torch._dynamo" in sys.modules)
+"""
+
+
+def test_first_native_ops_import_no_python_meta_machinery() -> None:
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0", TORCH_FL_FALLBACK="silent")
+    env.pop("TORCH_FL_OP_STATS", None)
+    proc = subprocess.run([sys.executable, "-c", _FIRST_OPS], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last == "dynamo imported: False", (
+        f"the first native add/exp ran a Python meta function (it imports torch._dynamo): {last}")
+
+
+def _cases() -> list[tuple[str, object]]:
+    torch.manual_seed(0)
+    a = torch.randn(2, 3, 4, 5)
+    cl = a.contiguous(memory_format=torch.channels_last)
+    t = torch.randn(5, 4).t()
+    r = torch.randn(4)
+    return [
+        ("add channels_last + broadcast", lambda d: torch.add(cl.to(d), a[0, :, :1].to(d), alpha=2)),
+        ("mul transposed", lambda d: t.to(d) * t.to(d)),
+        ("int + float promotes", lambda d: torch.arange(6).to(d) + torch.ones(6).to(d)),
+        ("0-dim cpu operand", lambda d: torch.ones(3).to(d) * torch.tensor(2.5)),
+        ("comparison is bool", lambda d: r.to(d) > 0),
+        ("exp of int is float", lambda d: torch.arange(4).to(d).exp()),
+        ("out= keeps out", lambda d: torch.add(t.to(d), 1, out=torch.empty(4, 5).to(d))),
+    ]
+
+
+@pytest.mark.parametrize("name,fn", _cases(), ids=[c[0] for c in _cases()])
+def test_outputs_match_the_cpu(flemu, name, fn) -> None:  # noqa: ANN001
+    expected = fn("cpu")
+    got = fn(flemu.name)
+    assert (got.dtype, got.shape, got.stride()) == (expected.dtype, expected.shape, expected.stride()), (
+        f"{name}: flemu {(got.dtype, tuple(got.shape), got.stride())}, "
+        f"cpu {(expected.dtype, tuple(expected.shape), expected.stride())}")
+    torch.testing.assert_close(got.cpu(), expected, rtol=1.3e-6, atol=1e-6)
