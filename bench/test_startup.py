@@ -1,0 +1,109 @@
+"""Start-up cost of a torch-fl device, each measurement in a fresh process.
+
+- first native op: a fresh process imports torch (autoload off), registers
+  flemu, creates a tensor, then times the first `x + x` (flemu's native
+  aten::add.Tensor) to its synchronize (target: <= 50 ms). Later stages (the
+  second op, the first exp) are in extra_info.
+- autoload overhead: `import torch` with TORCH_DEVICE_BACKEND_AUTOLOAD=1
+  (flemu installed: the import registers it) minus the same import with
+  TORCH_DEVICE_BACKEND_AUTOLOAD=0, both timed in the same rounds, alternating,
+  by the child's own perf_counter (target: <= 30 ms).
+
+The benchmark's own time is a whole child process; the figures above are the
+medians of the stage times each child prints. Nothing here fails on a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROUNDS = 5
+
+# Each child prints one JSON object: its stages in seconds.
+_FIRST_OP = """
+import json, time
+t0 = time.perf_counter()
+import torch
+t1 = time.perf_counter()
+import torch_fl
+torch_fl.register_device_plugin("flemu")
+t2 = time.perf_counter()
+x = torch.ones(16, device="flemu"); torch.flemu.synchronize()
+t3 = time.perf_counter()
+y = x + x; torch.flemu.synchronize()
+t4 = time.perf_counter()
+y = x + x; torch.flemu.synchronize()
+t5 = time.perf_counter()
+z = x.exp(); torch.flemu.synchronize()
+t6 = time.perf_counter()
+assert y.device.type == "flemu" and torch.equal(y.cpu(), torch.full((16,), 2.0)), y
+stats = torch_fl.op_stats().get("aten::add.Tensor")
+assert stats is not None and stats.native == 2 and stats.cpu_fallback == 0, stats
+print(json.dumps({"import_torch": t1 - t0, "register": t2 - t1, "ones": t3 - t2,
+                  "first_add": t4 - t3, "second_add": t5 - t4, "first_exp": t6 - t5}))
+"""
+
+_IMPORT = """
+import json, time
+t0 = time.perf_counter()
+import torch
+t1 = time.perf_counter()
+print(json.dumps({"import_torch": t1 - t0,
+                  "registered": torch._C._get_privateuse1_backend_name()}))
+"""
+
+
+def _child(code: str, autoload: str) -> dict:
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD=autoload, TORCH_FL_FALLBACK="silent")
+    env.pop("TORCH_FL_OP_STATS", None)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, (
+        f"child (TORCH_DEVICE_BACKEND_AUTOLOAD={autoload}) exited {proc.returncode}:\n"
+        f"{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _medians_ms(samples: list[dict], keys: list[str]) -> dict[str, float]:
+    return {k: statistics.median(s[k] for s in samples) * 1e3 for k in keys}
+
+
+def test_first_native_op(benchmark) -> None:  # noqa: ANN001
+    samples: list[dict] = []
+    benchmark.pedantic(lambda: samples.append(_child(_FIRST_OP, "0")), rounds=ROUNDS, iterations=1)
+    ms = _medians_ms(samples, ["import_torch", "register", "ones", "first_add", "second_add",
+                               "first_exp"])
+    benchmark.extra_info.update({f"{k}_ms": round(v, 3) for k, v in ms.items()})
+    benchmark.extra_info.update(first_native_op_ms=round(ms["first_add"], 3), target_ms=50)
+    print(f"\nfirst native op after registration (aten::add.Tensor): {ms['first_add']:.1f} ms "
+          f"(target <= 50 ms); register {ms['register']:.1f} ms, second add "
+          f"{ms['second_add']:.3f} ms, first exp {ms['first_exp']:.3f} ms "
+          f"(medians of {len(samples)} fresh processes)")
+
+
+def test_autoload_import_overhead(benchmark) -> None:  # noqa: ANN001
+    on: list[dict] = []
+    off: list[dict] = []
+
+    def both() -> None:
+        off.append(_child(_IMPORT, "0"))
+        on.append(_child(_IMPORT, "1"))
+
+    benchmark.pedantic(both, rounds=ROUNDS, iterations=1)
+    assert all(s["registered"] == "flemu" for s in on), (
+        f"autoload did not register flemu: {[s['registered'] for s in on]}")
+    assert all(s["registered"] == "privateuseone" for s in off), (
+        f"TORCH_DEVICE_BACKEND_AUTOLOAD=0 still registered: {[s['registered'] for s in off]}")
+    with_ms = statistics.median(s["import_torch"] for s in on) * 1e3
+    without_ms = statistics.median(s["import_torch"] for s in off) * 1e3
+    overhead = with_ms - without_ms
+    benchmark.extra_info.update(import_autoload_ms=round(with_ms, 3),
+                                import_no_autoload_ms=round(without_ms, 3),
+                                autoload_overhead_ms=round(overhead, 3), target_ms=30)
+    print(f"\nautoload import overhead: {overhead:.1f} ms (target <= 30 ms): import torch "
+          f"{with_ms:.1f} ms with autoload, {without_ms:.1f} ms without "
+          f"(medians of {len(on)} fresh processes each)")
