@@ -1,10 +1,11 @@
 #include "cpp_meta.h"
 
-#include "cpp_meta_table.h"
+#include "cpp_meta_table.h" // generated at build time (CMakeLists.txt)
 
 #include <ATen/MetaFunctions.h>
 #include <ATen/Operators.h>
 
+#include <algorithm>
 #include <unordered_map>
 #include <utility>
 
@@ -33,6 +34,15 @@ const Table& table() {
 }
 
 } // namespace
+
+std::vector<std::string> cpp_meta_ops() {
+  std::vector<std::string> names;
+  for (const auto& [name, fn] : table()) {
+    names.push_back(c10::toString(name));
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
 const c10::KernelFunction* cpp_meta_function(const c10::OperatorName& name) {
   const Table& t = table();

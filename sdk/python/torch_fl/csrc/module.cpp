@@ -3,6 +3,7 @@
 #include "autocast.h"
 #include "bindings.h"
 #include "caching_allocator.h"
+#include "cpp_meta.h"
 #include "fallback.h"
 #include "generator.h"
 #include "hooks.h"
@@ -515,6 +516,7 @@ PYBIND11_MODULE(_C, m) {
     set_decomposer({&decomposition_exists, &decomposition_usable, &run_decomposition});
   });
   m.def("bridge_ops", [] { return minimal_op_names(); });
+  m.def("cpp_meta_ops", &cpp_meta_ops);
   m.def("native_kernels", [] {
     py::dict out;
     for (const auto& [name, mask] : native_kernel_table()) {
