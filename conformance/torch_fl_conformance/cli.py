@@ -196,6 +196,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"torchfl-conformance: {exc}", file=sys.stderr)
         return EXIT_USAGE
     # The runner has printed the summary (verdict, blockers, next steps).
+    lv = report["level"]
     stale = report["expectations"]["stale"]
     if stale:
         print(f"warning: {len(stale)} stale expectation entries (see the report)")

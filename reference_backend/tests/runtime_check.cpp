@@ -54,7 +54,8 @@ static void test_api_table() {
 static void test_before_init() {
   TFL_Device_Count_Args a{TFL_Device_Count_Args_STRUCT_SIZE, 0};
   CHECK_ERR(g_api->device->Device_Count(&a), TFL_ERR_INVALID_ARGUMENT, "not initialized");
-  CHECK_ERR(initialize(TFL_ABI_MAJOR + 1, 3), TFL_ERR_ABI_MISMATCH, "2.3", "1.0", "major");
+  const std::string own = std::to_string(TFL_ABI_MAJOR) + "." + std::to_string(TFL_ABI_MINOR);
+  CHECK_ERR(initialize(TFL_ABI_MAJOR + 1, 3), TFL_ERR_ABI_MISMATCH, "2.3", own.c_str(), "major");
   CHECK_ERR(initialize(TFL_ABI_MAJOR, 0, {{"FLEMU_MEMORY_BYTES", "12X"}}), TFL_ERR_INVALID_ARGUMENT,
             "FLEMU_MEMORY_BYTES", "12X", "expected");
   CHECK_ERR(initialize(TFL_ABI_MAJOR, 0, {{"FLEMU_INJECT_ERROR", "aten::nope:3"}}), TFL_ERR_INVALID_ARGUMENT,
