@@ -4,14 +4,14 @@ and compiling small C fixtures."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-
-import torch  # autoloads flemu through its torch.backends entry point
+from types import ModuleType
 
 import torch_fl
 
@@ -53,3 +53,12 @@ def compile_c(source: Path, output: Path, *flags: str) -> Path:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr}"
     return output
+
+
+def load_module(path: Path, name: str | None = None) -> ModuleType:
+    """Imports the Python file at `path` (a tool or a suite module outside any package)."""
+    spec = importlib.util.spec_from_file_location(name or path.stem, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -9,7 +9,6 @@ its outputs are shaped, strided and typed as the CPU's.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -17,16 +16,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import load_module
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "sdk" / "tools" / "cpp_meta_table.py"
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("cpp_meta_table", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(TOOL)
 
 
 def test_the_bridge_was_built_with_this_torchs_cpp_meta_table() -> None:

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import flemu
 import pytest
-
-from tests.support import compile_c, run_python
+from support import compile_c, run_python
 
 FIXTURE = Path(__file__).parent / "fixtures" / "schema_plugin.c"
 

@@ -4,7 +4,6 @@ version (sdk/build_metadata/torch_release.py, pyproject.toml's dynamic metadata)
 
 from __future__ import annotations
 
-import importlib.util
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
@@ -13,18 +12,14 @@ import pytest
 import torch
 from packaging.requirements import Requirement
 from packaging.version import Version
+from support import load_module
 from torch_fl._build_info import TORCH_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def provider() -> ModuleType:
-    path = ROOT / "sdk" / "build_metadata" / "torch_release.py"
-    spec = importlib.util.spec_from_file_location("torch_release", path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(ROOT / "sdk" / "build_metadata" / "torch_release.py")
 
 
 def test_installed_distribution_pins_the_torch_it_was_built_for() -> None:

@@ -7,24 +7,19 @@ tensors. The suite's test functions run here in this process, on flemu."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
 import torch_fl
+from support import load_module
 from torch_fl_conformance.session import SUITE_DIR
 
 
 @pytest.fixture(scope="module")
 def suite() -> Any:
-    spec = importlib.util.spec_from_file_location("suite_modules",
-                                                  SUITE_DIR / "L1" / "test_modules.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(SUITE_DIR / "L1" / "test_modules.py", "suite_modules")
 
 
 @pytest.fixture(scope="module")

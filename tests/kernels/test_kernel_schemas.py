@@ -6,18 +6,16 @@ or a table edit that changes an op's name, fails here with the command to run.
 """
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from support import load_module
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "reference_backend" / "tools" / "kernel_schemas.py"
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("kernel_schemas", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(TOOL)
 
 
 def test_kernel_schemas_header_is_current() -> None:
