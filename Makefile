@@ -12,7 +12,7 @@ VENV_T214 := .venv-torch2.14
 PY_T214   := $(VENV_T214)/bin/python
 PIP_T214  := $(VENV_T214)/bin/pip
 
-.PHONY: certify demo test test-torch2.14 build build-torch2.14 bench venv venv-torch2.14 clean
+.PHONY: certify demo test test-torch2.14 build build-torch2.14 browser bench venv venv-torch2.14 clean
 
 # The certification level and where its report goes (`make certify LEVEL=L2`).
 LEVEL  ?= L3
@@ -29,7 +29,7 @@ demo: build
 # guards every allocation) while the project's own tests run; then flemu cut
 # to a new vendor's twelve kernels (FLEMU_PROFILE=minimal) must certify at L1
 # through the fallback chain; then the same flemu library under torch 2.14.1.
-test: build
+test: build browser
 	FLEMU_CHECK_CONTRACTS=1 $(PY) -m pytest -q
 	FLEMU_PROFILE=minimal $(VENV)/bin/torchfl-conformance run --plugin flemu --level L1 -j 2 --report reports/flemu-minimal
 	$(MAKE) --no-print-directory test-torch2.14
@@ -44,6 +44,14 @@ test-torch2.14: build-torch2.14
 	$(PY_T214) -c "import json, sys; got = json.load(open(sys.argv[1]))['plugin']['library_sha256']; \
 	  sys.exit(None if got == sys.argv[2] else f'certified flemu {got}, .venv built {sys.argv[2]}')" \
 	  reports/torch2.14/report.json "$$(sha256sum < "$$lib" | cut -d' ' -f1)"
+
+# tests/conformance/test_report_html.py renders a report in headless Chromium
+# (Debian's package); it fails, rather than skips, where chromium is missing.
+browser:
+	@test -x /usr/bin/chromium || { \
+	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+	  $$sudo apt-get update -qq && \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 bench: build
 	$(PY) -m pytest bench -q --benchmark-columns=min,median,mean,rounds --benchmark-sort=name
