@@ -28,17 +28,17 @@ NativeTable& native_table() {
   return *table;
 }
 
-std::pair<std::string, std::string> split_name(const std::string& op) {
-  const auto dot = op.find('.');
-  if (dot == std::string::npos) {
-    return {op, ""};
+// 'a', 'b'
+std::string quoted(const std::vector<std::string>& names) {
+  std::string text;
+  for (const std::string& n : names) {
+    text += (text.empty() ? "'" : ", '") + n + "'";
   }
-  return {op.substr(0, dot), op.substr(dot + 1)};
+  return text;
 }
 
 std::optional<c10::OperatorHandle> find_op(const std::string& op) {
-  auto [name, overload] = split_name(op);
-  return c10::Dispatcher::singleton().findOp(c10::OperatorName(name, overload));
+  return c10::Dispatcher::singleton().findOp(operator_name_of(op));
 }
 
 // Resolves torch_fl_op_<suffix> to a schema name by asking the dispatcher
@@ -110,12 +110,8 @@ void register_one(
   own.op = name;
   HiddenArgs hidden = HiddenArgs::locate(spec.hidden, handle.schema());
   if (functional.has_value() && !hidden.empty()) {
-    std::string names;
-    for (const std::string& n : hidden.names) {
-      names += (names.empty() ? "'" : ", '") + n + "'";
-    }
     report.adapted.emplace_back(
-        name, "served by the kernel of " + spec.op + ", which does not receive " + names);
+        name, "served by the kernel of " + spec.op + ", which does not receive " + quoted(hidden.names));
   }
   library_for(ns, aten, libraries)
       .impl(
@@ -151,12 +147,8 @@ bool guard_schema(KernelSpec& spec, const c10::OperatorHandle& handle, KernelReg
   }
   if (match.kind == SchemaMatch::Kind::Adapted) {
     spec.hidden = match.added;
-    std::string added;
-    for (const std::string& name : match.added) {
-      added += (added.empty() ? "'" : ", '") + name + "'";
-    }
     report.adapted.emplace_back(
-        spec.op, "written for '" + spec.schema + "'; this PyTorch adds " + added +
+        spec.op, "written for '" + spec.schema + "'; this PyTorch adds " + quoted(match.added) +
             ", which the kernel does not receive: calls that pass a non-default value fall back");
   }
   return true;

@@ -60,15 +60,6 @@ void reserve_random(
   ctx->rng_span = (span + 3) / 4 * 4;
 }
 
-// "aten::add.Tensor" -> {"aten::add", "Tensor"}; operator names hold no '.'.
-c10::OperatorName operator_name_of(const std::string& schema_name) {
-  const size_t dot = schema_name.find('.', schema_name.find("::"));
-  if (dot == std::string::npos) {
-    return c10::OperatorName(schema_name, "");
-  }
-  return c10::OperatorName(schema_name.substr(0, dot), schema_name.substr(dot + 1));
-}
-
 } // namespace
 
 NativeKernel::NativeKernel(

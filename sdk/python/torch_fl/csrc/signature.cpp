@@ -191,6 +191,15 @@ Signature analyze(const c10::FunctionSchema& schema) {
   return sig;
 }
 
+c10::OperatorName operator_name_of(const std::string& schema_name) {
+  // Namespaces and operator names hold no '.'.
+  const size_t dot = schema_name.find('.');
+  if (dot == std::string::npos) {
+    return c10::OperatorName(schema_name, "");
+  }
+  return c10::OperatorName(schema_name.substr(0, dot), schema_name.substr(dot + 1));
+}
+
 std::vector<c10::OperatorHandle> derived_variants(const c10::OperatorHandle& functional) {
   std::vector<c10::OperatorHandle> variants;
   const c10::FunctionSchema& fs = functional.schema();

@@ -57,6 +57,9 @@ struct Signature {
 
 Signature analyze(const c10::FunctionSchema& schema);
 
+// "aten::add.Tensor" -> {"aten::add", "Tensor"}; "aten::mm" -> {"aten::mm", ""}.
+c10::OperatorName operator_name_of(const std::string& schema_name);
+
 // The in-place and out= overloads that share a functional overload's
 // arguments, so one kernel can serve them.
 std::vector<c10::OperatorHandle> derived_variants(const c10::OperatorHandle& functional);
