@@ -344,8 +344,16 @@ def op_cases() -> list[tuple[str, Any]]:
         kept = torch.round(mask.float().mean() * 20) / 20
         return [exact, kept]
 
+    def comparisons(dev: str) -> list[Any]:
+        g = torch.Generator().manual_seed(0)
+        a = torch.randn(6, 7, generator=g).to(dev)
+        b = torch.randn(7, generator=g).to(dev)
+        i = torch.arange(12).reshape(3, 4).to(dev)
+        return [a > b, a <= 0.3, a.eq(a), a.ne(b), i >= 5, i.lt(i.t()[:3, :3].sum()), a.lt(2.5)]
+
     return [
         ("dropout_statistics", dropout),
+        ("comparisons", comparisons),
         ("add_mul_div_broadcast", grads(lambda a, b: (a + 2 * b) * a / (b.abs() + 1), (4, 5), (5,))),
         ("scalar_arithmetic", grads(lambda a: (a * 0.5 - 3) / 7 + 1, (6, 3))),
         ("relu_gelu_tanh_exp", grads(lambda a: F.relu(a) + F.gelu(a) + torch.tanh(a) + torch.exp(-a * a), (8, 9))),

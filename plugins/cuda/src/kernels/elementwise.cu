@@ -304,6 +304,24 @@ struct MaskedFillOp {  // mask ? value : self
   static constexpr bool kIntegral = true;
   template <class C> __device__ C operator()(const C* x) const { return x[1] != C(0) ? x[2] : x[0]; }
 };
+// Comparisons: a bool result computed in the inputs' type (see compare()).
+enum class Cmp { kEq, kNe, kLt, kLe, kGt, kGe };
+struct CompareOp {
+  static constexpr bool kIntegral = true;
+  Cmp cmp;
+  template <class C> __device__ C operator()(const C* x) const {
+    bool r = false;
+    switch (cmp) {
+      case Cmp::kEq: r = x[0] == x[1]; break;
+      case Cmp::kNe: r = x[0] != x[1]; break;
+      case Cmp::kLt: r = x[0] < x[1]; break;
+      case Cmp::kLe: r = x[0] <= x[1]; break;
+      case Cmp::kGt: r = x[0] > x[1]; break;
+      case Cmp::kGe: r = x[0] >= x[1]; break;
+    }
+    return r ? C(1) : C(0);
+  }
+};
 
 // ---------------------------------------------------------------------------
 // Kernel bodies
@@ -337,6 +355,31 @@ TFL_Error* binary_scalar(const TFL_Kernel_Args* args, const char* op, const F& f
     add_tensor_operand(h, 0, call.tensor(0, "self"));
     h.ops[1] = scalar_operand(call, 1, "other");
     run_elementwise<2>(call, call.required_output(0), h.ops, f);
+  });
+}
+
+// The type two operands compare in: double when either is float64, float
+// when either is floating, int64 otherwise (a float compared as an integer
+// would be truncated first).
+Compute compare_compute(const Operand* ops) {
+  bool f64 = false, floating = false;
+  for (int k = 0; k < 2; ++k) {
+    const int32_t dt = ops[k].ref != nullptr ? ops[k].ref->dtype : ops[k].const_dtype;
+    f64 |= dt == TFL_DTYPE_FLOAT64;
+    floating |= is_floating(dt);
+  }
+  return f64 ? Compute::kDouble : floating ? Compute::kFloat : Compute::kInt;
+}
+
+TFL_Error* compare(const TFL_Kernel_Args* args, const char* op, Cmp cmp, bool scalar_other) {
+  return run_kernel(args, op, [&](KernelCall& call) {
+    OperandHolder h;
+    add_tensor_operand(h, 0, call.tensor(0, "self"));
+    if (scalar_other) h.ops[1] = scalar_operand(call, 1, "other");
+    else add_tensor_operand(h, 1, call.tensor(1, "other"));
+    const TensorRef o = ref_of(call.required_output(0));
+    const DevPlan p = make_plan(o, h.ops, 2);
+    launch_plan<2>(call.stream(), p, compare_compute(h.ops), CompareOp{cmp}, false);
   });
 }
 
@@ -530,6 +573,19 @@ TFL_Error* kernel_threshold_backward(const TFL_Kernel_Args* args) {
                        ThresholdBackwardOp{scalar_arg(call, 2, "threshold", 0.0)});
   });
 }
+
+TFL_Error* kernel_eq_tensor(const TFL_Kernel_Args* args) { return compare(args, "aten::eq.Tensor", Cmp::kEq, false); }
+TFL_Error* kernel_ne_tensor(const TFL_Kernel_Args* args) { return compare(args, "aten::ne.Tensor", Cmp::kNe, false); }
+TFL_Error* kernel_lt_tensor(const TFL_Kernel_Args* args) { return compare(args, "aten::lt.Tensor", Cmp::kLt, false); }
+TFL_Error* kernel_le_tensor(const TFL_Kernel_Args* args) { return compare(args, "aten::le.Tensor", Cmp::kLe, false); }
+TFL_Error* kernel_gt_tensor(const TFL_Kernel_Args* args) { return compare(args, "aten::gt.Tensor", Cmp::kGt, false); }
+TFL_Error* kernel_ge_tensor(const TFL_Kernel_Args* args) { return compare(args, "aten::ge.Tensor", Cmp::kGe, false); }
+TFL_Error* kernel_eq_scalar(const TFL_Kernel_Args* args) { return compare(args, "aten::eq.Scalar", Cmp::kEq, true); }
+TFL_Error* kernel_ne_scalar(const TFL_Kernel_Args* args) { return compare(args, "aten::ne.Scalar", Cmp::kNe, true); }
+TFL_Error* kernel_lt_scalar(const TFL_Kernel_Args* args) { return compare(args, "aten::lt.Scalar", Cmp::kLt, true); }
+TFL_Error* kernel_le_scalar(const TFL_Kernel_Args* args) { return compare(args, "aten::le.Scalar", Cmp::kLe, true); }
+TFL_Error* kernel_gt_scalar(const TFL_Kernel_Args* args) { return compare(args, "aten::gt.Scalar", Cmp::kGt, true); }
+TFL_Error* kernel_ge_scalar(const TFL_Kernel_Args* args) { return compare(args, "aten::ge.Scalar", Cmp::kGe, true); }
 
 // aten::where.self(Tensor condition, Tensor self, Tensor other)
 TFL_Error* kernel_where_self(const TFL_Kernel_Args* args) {

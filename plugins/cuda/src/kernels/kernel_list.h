@@ -62,6 +62,18 @@ constexpr uint32_t kInPlaceByName = TFL_KERNEL_NO_DERIVED_VARIANTS;
   X(kernel_tanh_backward, "aten::tanh_backward", kFloats, kBroadcast, "aten::tanh_backward(Tensor grad_output, Tensor output) -> Tensor") \
   X(kernel_sigmoid_backward, "aten::sigmoid_backward", kFloats, kBroadcast, "aten::sigmoid_backward(Tensor grad_output, Tensor output) -> Tensor") \
   X(kernel_threshold_backward, "aten::threshold_backward", kNumbers, kBroadcast, "aten::threshold_backward(Tensor grad_output, Tensor self, Scalar threshold) -> Tensor") \
+  X(kernel_eq_tensor, "aten::eq.Tensor", kAll, kArithmetic, "aten::eq.Tensor(Tensor self, Tensor other) -> Tensor") \
+  X(kernel_ne_tensor, "aten::ne.Tensor", kAll, kArithmetic, "aten::ne.Tensor(Tensor self, Tensor other) -> Tensor") \
+  X(kernel_lt_tensor, "aten::lt.Tensor", kAll, kArithmetic, "aten::lt.Tensor(Tensor self, Tensor other) -> Tensor") \
+  X(kernel_le_tensor, "aten::le.Tensor", kAll, kArithmetic, "aten::le.Tensor(Tensor self, Tensor other) -> Tensor") \
+  X(kernel_gt_tensor, "aten::gt.Tensor", kAll, kArithmetic, "aten::gt.Tensor(Tensor self, Tensor other) -> Tensor") \
+  X(kernel_ge_tensor, "aten::ge.Tensor", kAll, kArithmetic, "aten::ge.Tensor(Tensor self, Tensor other) -> Tensor") \
+  X(kernel_eq_scalar, "aten::eq.Scalar", kAll, 0, "aten::eq.Scalar(Tensor self, Scalar other) -> Tensor") \
+  X(kernel_ne_scalar, "aten::ne.Scalar", kAll, 0, "aten::ne.Scalar(Tensor self, Scalar other) -> Tensor") \
+  X(kernel_lt_scalar, "aten::lt.Scalar", kAll, 0, "aten::lt.Scalar(Tensor self, Scalar other) -> Tensor") \
+  X(kernel_le_scalar, "aten::le.Scalar", kAll, 0, "aten::le.Scalar(Tensor self, Scalar other) -> Tensor") \
+  X(kernel_gt_scalar, "aten::gt.Scalar", kAll, 0, "aten::gt.Scalar(Tensor self, Scalar other) -> Tensor") \
+  X(kernel_ge_scalar, "aten::ge.Scalar", kAll, 0, "aten::ge.Scalar(Tensor self, Scalar other) -> Tensor") \
   X(kernel_where_self, "aten::where.self", kAll, kBroadcast, "aten::where.self(Tensor condition, Tensor self, Tensor other) -> Tensor") \
   X(kernel_masked_fill_scalar, "aten::masked_fill.Scalar", kAll, kBroadcast, "aten::masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor") \
   X(kernel_foreach_add_scalar, "aten::_foreach_add.Scalar", kNumbers, 0, "aten::_foreach_add.Scalar(Tensor[] self, Scalar scalar) -> Tensor[]") \
