@@ -1,9 +1,12 @@
-"""Capability probing: a float32 GEMM on flemu with the probed blocking, against
-flemu's default blocking and against the slowest candidates, in the same run.
+"""Capability probing: a GEMM on flemu's blocked engine with the probed blocking,
+against flemu's default blocking and against the slowest candidates, in the
+same run. The tunables set the blocking of flemu's own GEMM, which computes in
+float32 for every dtype but runs the half types only (float32 and float64 go to
+OpenBLAS), so the benchmark multiplies bfloat16 matrices.
 
-The probe times each candidate on its own 512^3 workload; the benchmark runs a
-different shape (768 x 1024 @ 1024 x 640) through torch, so it shows whether
-the choice carries over to real calls. Two probes run: one from flemu's
+The probe times each candidate on its own 512^3 float32 workload; the benchmark
+runs a different shape (768 x 1024 @ 1024 x 640) and dtype through torch, so it
+shows whether the choice carries over to real calls. Two probes run: one from flemu's
 defaults, and one starting from the slowest candidates (a mis-tuned plugin or
 a stale cache), which must find its way back.
 
@@ -39,7 +42,8 @@ def _apply(values: dict[str, int]) -> None:
 def operands() -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     n, k, m = SHAPE
-    return (torch.randn(n, k, generator=g).to("flemu"), torch.randn(k, m, generator=g).to("flemu"))
+    return (torch.randn(n, k, generator=g).to("flemu", torch.bfloat16),
+            torch.randn(k, m, generator=g).to("flemu", torch.bfloat16))
 
 
 def _gemm_once(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -27,6 +27,7 @@ struct Config {
   uint64_t faults = 0;  // FaultSet (faults.h)
   bool check_contracts = false;  // kernels verify the host's promises; guard regions
   bool minimal_profile = false;  // FLEMU_PROFILE=minimal: a new vendor's first kernel set
+  bool blas = true;              // FLEMU_BLAS=0: float GEMMs on flemu's own blocked GEMM, not OpenBLAS
 
   bool operator==(const Config& other) const;
   bool operator!=(const Config& other) const { return !(*this == other); }

@@ -9,6 +9,7 @@
 
 #include "../thread_pool.h"
 #include "../tunables.h"
+#include "support/blas.h"
 #include "support/gemm.h"
 #include "support/launch.h"
 #include "support/registry.h"
@@ -208,6 +209,14 @@ struct GemmJob {
   GemmBlocking blocking{};  // of the launching device; used by the fp32 compute path
 };
 
+// The scratch matrix [n x m] (compute type) into the output, converted.
+template <class T, class C>
+void store_scratch(const GemmJob& job, const C* cbuf) {
+  for (int64_t i = 0; i < job.n; ++i)
+    for (int64_t j = 0; j < job.m; ++j)
+      reinterpret_cast<T*>(job.out)[i * job.out_rs + j * job.out_cs] = convert<T>(cbuf[i * job.m + j]);
+}
+
 template <class T>
 void run_gemm(const GemmJob& job) {
   using C = compute_gemm_t<T>;
@@ -238,6 +247,13 @@ void run_gemm(const GemmJob& job) {
   }
   if (job.k > 0) {
     const C alpha = static_cast<C>(job.alpha);
+    if constexpr (std::is_same_v<T, C>) {
+      if (blas_gemm(n, m, job.k, alpha, reinterpret_cast<const C*>(job.a.data), job.a.rs, job.a.cs,
+                    reinterpret_cast<const C*>(job.b.data), job.b.rs, job.b.cs, C(1), cbuf, ldc)) {
+        if (!direct) store_scratch<T>(job, cbuf);
+        return;
+      }
+    }
 #if defined(__x86_64__)
     if (cpu_has_avx2_fma()) {
       if constexpr (std::is_same_v<C, float>)
@@ -253,11 +269,7 @@ void run_gemm(const GemmJob& job) {
       else gemm_accumulate<T, C, 4, 4>(n, m, job.k, job.a, job.b, alpha, cbuf, ldc, &micro_baseline<C, 4, 4>);
     }
   }
-  if (!direct) {
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < m; ++j)
-        reinterpret_cast<T*>(job.out)[i * job.out_rs + j * job.out_cs] = convert<T>(cbuf[i * m + j]);
-  }
+  if (!direct) store_scratch<T>(job, cbuf);
 }
 
 void require_matrix(const TensorArg& t, const char* what) {
@@ -359,6 +371,7 @@ template <class C>
 void gemm_compute_impl(int64_t n, int64_t m, int64_t k, const C* a, int64_t a_rs, int64_t a_cs, const C* b,
                        int64_t b_rs, int64_t b_cs, C* c, int64_t ldc, bool accumulate) {
   if (n <= 0 || m <= 0) return;
+  if (blas_gemm(n, m, k, C(1), a, a_rs, a_cs, b, b_rs, b_cs, accumulate ? C(1) : C(0), c, ldc)) return;
   if (!accumulate)
     for (int64_t i = 0; i < n; ++i) std::fill(c + i * ldc, c + i * ldc + m, C(0));
   if (k <= 0) return;

@@ -228,7 +228,7 @@ template <class T>
 void run_batch_norm(const BatchNormJob& j) {
   using Cp = acc_t<T>;
   const int64_t count = j.x.N * j.x.rest;
-  parallel_chunks(j.x.C, 1, [&](int64_t c0, int64_t c1) {
+  parallel_chunks(j.x.C, grain_for(count), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       double mean, invstd;
       if (j.use_batch_stats) {
@@ -309,14 +309,19 @@ template <class T>
 void run_batch_norm_backward(const BatchNormBackwardJob& j) {
   using Cp = acc_t<T>;
   const int64_t count = j.x.N * j.x.rest;
-  parallel_chunks(j.x.C, 1, [&](int64_t c0, int64_t c1) {
+  // dy (and dx) walked in lock step with x: the same runs within each (n, c) slab.
+  const auto same_runs = [&](const ChannelView& v) {
+    return v.rdim == j.x.rdim && std::equal(v.rstride, v.rstride + v.rdim, j.x.rstride);
+  };
+  const bool dy_lockstep = same_runs(j.dy), dx_lockstep = dy_lockstep && j.has_dx && same_runs(j.dx);
+  parallel_chunks(j.x.C, grain_for(count), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const double mean = j.mean_src.get(c);
       const double invstd = j.train ? j.var_src.get(c) : 1.0 / std::sqrt(j.var_src.get(c) + j.eps);
       double sum_dy = 0.0, sum_dy_xmu = 0.0;
       // dy and x are walked in lock step: same shape, possibly different strides.
       for (int64_t n = 0; n < j.x.N; ++n) {
-        if (j.dy.rdim == j.x.rdim && std::equal(j.dy.rstride, j.dy.rstride + j.dy.rdim, j.x.rstride)) {
+        if (dy_lockstep) {
           const char* dyb = j.dy.data + n * j.dy.sn + c * j.dy.sc;
           const char* xb = j.x.data + n * j.x.sn + c * j.x.sc;
           j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
@@ -353,6 +358,26 @@ void run_batch_norm_backward(const BatchNormBackwardJob& j) {
         d = static_cast<Cp>(sum_dy / static_cast<double>(count));
       }
       for (int64_t n = 0; n < j.x.N; ++n) {
+        if (dx_lockstep) {
+          const char* xb = j.x.data + n * j.x.sn + c * j.x.sc;
+          const char* dyb = j.dy.data + n * j.dy.sn + c * j.dy.sc;
+          char* dxb = j.dx.data + n * j.dx.sn + c * j.dx.sc;
+          j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
+            const T* xv = reinterpret_cast<const T*>(p);
+            const T* g = reinterpret_cast<const T*>(dyb + (p - xb));
+            T* out = reinterpret_cast<T*>(dxb + (p - xb));
+            const auto at = [&](int64_t e) {
+              out[e] = convert<T>(a * (static_cast<Cp>(to_compute(g[e])) - d) +
+                                  b * (static_cast<Cp>(to_compute(xv[e])) - mu));
+            };
+            const int64_t step = st / static_cast<int64_t>(sizeof(T));
+            if (step == 1)
+              for (int64_t i = 0; i < len; ++i) at(i);
+            else
+              for (int64_t i = 0; i < len; ++i) at(i * step);
+          });
+          continue;
+        }
         std::vector<Cp> g(static_cast<size_t>(j.x.rest)), xv(static_cast<size_t>(j.x.rest));
         size_t k = 0;
         j.dy.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
@@ -501,7 +526,7 @@ void run_group_norm(const GroupNormJob& j) {
   const int64_t stat_item = dtype_size(j.stat_dtype);
   const int64_t D = j.C / j.G;
   const int64_t group_elems = D * j.HxW;
-  parallel_chunks(j.N * j.G, 1, [&](int64_t b, int64_t e) {
+  parallel_chunks(j.N * j.G, grain_for(group_elems), [&](int64_t b, int64_t e) {
     for (int64_t ng = b; ng < e; ++ng) {
       const int64_t n = ng / j.G, g = ng % j.G;
       const T* xg = reinterpret_cast<const T*>(j.x) + (n * j.C + g * D) * j.HxW;
@@ -548,7 +573,7 @@ void run_group_norm_backward(const GroupNormBackwardJob& j) {
   const int64_t D = j.C / j.G;
   // ds[n, c] = sum dy * x, db[n, c] = sum dy over HxW.
   std::vector<double> ds(static_cast<size_t>(j.N * j.C)), db(static_cast<size_t>(j.N * j.C));
-  parallel_chunks(j.N * j.C, 4, [&](int64_t b, int64_t e) {
+  parallel_chunks(j.N * j.C, std::max<int64_t>(4, grain_for(j.HxW)), [&](int64_t b, int64_t e) {
     for (int64_t nc = b; nc < e; ++nc) {
       const T* g = reinterpret_cast<const T*>(j.dy) + nc * j.HxW;
       const T* v = reinterpret_cast<const T*>(j.x) + nc * j.HxW;
@@ -561,7 +586,7 @@ void run_group_norm_backward(const GroupNormBackwardJob& j) {
   });
   if (j.dx != nullptr) {
     const double s = 1.0 / static_cast<double>(D * j.HxW);
-    parallel_chunks(j.N * j.G, 1, [&](int64_t b, int64_t e) {
+    parallel_chunks(j.N * j.G, grain_for(D * j.HxW), [&](int64_t b, int64_t e) {
       for (int64_t ng = b; ng < e; ++ng) {
         const int64_t n = ng / j.G, g = ng % j.G;
         const double mean = load_stat(j.mean + ng * stat_item), rstd = load_stat(j.rstd + ng * stat_item);
@@ -625,7 +650,7 @@ void run_layer_norm(const LayerNormJob& j) {
   const std::vector<Cp> beta = param_values<Cp>(j.bias, j.N, Cp(0));
   const StoreF64 store_stat = j.mean ? storer_f64(j.stat_dtype) : nullptr;
   const int64_t stat_item = j.mean ? dtype_size(j.stat_dtype) : 0;
-  parallel_chunks(j.M, std::max<int64_t>(1, 16384 / std::max<int64_t>(j.N, 1)), [&](int64_t b, int64_t e) {
+  parallel_chunks(j.M, grain_for(j.N), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const T* xr = reinterpret_cast<const T*>(j.x) + r * j.N;
       T* yr = reinterpret_cast<T*>(j.y) + r * j.N;

@@ -110,7 +110,7 @@ Window read_window(const Launch& L, size_t k_i, size_t s_i, size_t p_i, int d_i)
 template <class T>
 void run_max_pool(const Planes& in, const Planes& out, const Planes& ind, Window w) {
   using C = acc_t<T>;
-  parallel_chunks(in.count, 1, [&](int64_t p0, int64_t p1) {
+  parallel_chunks(in.count, grain_for(in.H * in.W), [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const T* x = in.plane<T>(p);
       T* y = out.plane<T>(p);
@@ -149,7 +149,7 @@ void run_max_pool(const Planes& in, const Planes& out, const Planes& ind, Window
 template <class T>
 void run_max_pool_backward(const Planes& g, const Planes& ind, const Planes& gi) {
   using C = acc_t<T>;
-  parallel_chunks(gi.count, 1, [&](int64_t p0, int64_t p1) {
+  parallel_chunks(gi.count, grain_for(gi.H * gi.W), [&](int64_t p0, int64_t p1) {
     std::vector<C> acc;
     for (int64_t p = p0; p < p1; ++p) {
       acc.assign(static_cast<size_t>(gi.H * gi.W), C(0));
@@ -205,7 +205,7 @@ inline AvgCell avg_cell(const Window& w, const AvgOpts& o, int64_t H, int64_t W,
 template <class T>
 void run_avg_pool(const Planes& in, const Planes& out, Window w, AvgOpts o) {
   using C = acc_t<T>;
-  parallel_chunks(in.count, 1, [&](int64_t p0, int64_t p1) {
+  parallel_chunks(in.count, grain_for(in.H * in.W), [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const T* x = in.plane<T>(p);
       T* y = out.plane<T>(p);
@@ -224,7 +224,7 @@ void run_avg_pool(const Planes& in, const Planes& out, Window w, AvgOpts o) {
 template <class T>
 void run_avg_pool_backward(const Planes& g, const Planes& gi, Window w, AvgOpts o) {
   using C = acc_t<T>;
-  parallel_chunks(gi.count, 1, [&](int64_t p0, int64_t p1) {
+  parallel_chunks(gi.count, grain_for(gi.H * gi.W), [&](int64_t p0, int64_t p1) {
     std::vector<C> acc;
     for (int64_t p = p0; p < p1; ++p) {
       acc.assign(static_cast<size_t>(gi.H * gi.W), C(0));
@@ -254,7 +254,7 @@ inline int64_t adaptive_end(int64_t o, int64_t in, int64_t out) { return ((o + 1
 template <class T>
 void run_adaptive_avg(const Planes& in, const Planes& out) {
   using C = acc_t<T>;
-  parallel_chunks(in.count, 1, [&](int64_t p0, int64_t p1) {
+  parallel_chunks(in.count, grain_for(in.H * in.W), [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const T* x = in.plane<T>(p);
       T* y = out.plane<T>(p);
@@ -275,7 +275,7 @@ void run_adaptive_avg(const Planes& in, const Planes& out) {
 template <class T>
 void run_adaptive_avg_backward(const Planes& g, const Planes& gi) {
   using C = acc_t<T>;
-  parallel_chunks(gi.count, 1, [&](int64_t p0, int64_t p1) {
+  parallel_chunks(gi.count, grain_for(gi.H * gi.W), [&](int64_t p0, int64_t p1) {
     std::vector<C> acc;
     for (int64_t p = p0; p < p1; ++p) {
       acc.assign(static_cast<size_t>(gi.H * gi.W), C(0));
@@ -318,7 +318,7 @@ std::vector<int64_t> nearest_sources(int64_t out, int64_t in, double scale) {
 template <class T>
 void run_upsample_nearest(const Planes& in, const Planes& out, double scale_h, double scale_w) {
   const std::vector<int64_t> hs = nearest_sources(out.H, in.H, scale_h), ws = nearest_sources(out.W, in.W, scale_w);
-  parallel_chunks(in.count, 1, [&](int64_t p0, int64_t p1) {
+  parallel_chunks(in.count, grain_for(in.H * in.W), [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const T* x = in.plane<T>(p);
       T* y = out.plane<T>(p);
@@ -335,7 +335,7 @@ template <class T>
 void run_upsample_nearest_backward(const Planes& g, const Planes& gi, double scale_h, double scale_w) {
   using C = acc_t<T>;
   const std::vector<int64_t> hs = nearest_sources(g.H, gi.H, scale_h), ws = nearest_sources(g.W, gi.W, scale_w);
-  parallel_chunks(gi.count, 1, [&](int64_t p0, int64_t p1) {
+  parallel_chunks(gi.count, grain_for(gi.H * gi.W), [&](int64_t p0, int64_t p1) {
     std::vector<C> acc;
     for (int64_t p = p0; p < p1; ++p) {
       acc.assign(static_cast<size_t>(gi.H * gi.W), C(0));

@@ -1,7 +1,7 @@
-// The blocked GEMM of gemm.cpp for other kernels (convolution), on buffers
-// already in the compute type. Runs on the calling thread, splitting large
-// problems over the thread pool (serially when called from inside a
-// parallel_for).
+// flemu's GEMM for other kernels (convolution, bmm), on buffers already in
+// the compute type: OpenBLAS where blas.h applies, else gemm.cpp's blocked
+// GEMM. Runs on the calling thread, splitting large problems over the thread
+// pool (serially when called from inside a parallel_for).
 #ifndef FLEMU_KERNELS_SUPPORT_GEMM_H_
 #define FLEMU_KERNELS_SUPPORT_GEMM_H_
 

@@ -35,6 +35,7 @@ struct KernelSettings {
   std::array<KernelContract, kNumKernels> contracts{};
   bool strict = false;
   bool peer_access = true;
+  bool blas = true;  // float GEMMs through OpenBLAS (support/blas.h)
 };
 KernelSettings& kernel_settings();
 

@@ -131,6 +131,10 @@ struct Cursor {
   }
 };
 
+// The grain of parallel_chunks for items of `elems` elements each: about 16K
+// elements a chunk, below which waking the pool costs more than it saves.
+inline int64_t grain_for(int64_t elems) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(elems, 1)); }
+
 // Calls fn(begin, end) over [0, n) in chunks of at least `grain` items,
 // spread over the thread pool when there is more than one chunk.
 template <class Fn>

@@ -103,6 +103,7 @@ void configure_kernels(const Config& cfg) {
   s.strict = cfg.strict;
   s.check_contracts = cfg.check_contracts;
   s.peer_access = cfg.peer_access;
+  s.blas = cfg.blas;
 
   // Descriptors and contracts: the table, through the profile's filter.
   const bool minimal = cfg.minimal_profile;

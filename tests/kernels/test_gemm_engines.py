@@ -1,0 +1,74 @@
+"""flemu's float GEMMs run on OpenBLAS and keep its own blocked GEMM for what
+BLAS cannot express; both engines (FLEMU_BLAS=1, the default, and FLEMU_BLAS=0)
+must agree with the CPU on every operand layout that maps differently onto a
+BLAS call: row-major, transposed, row strides wider than a row, size-1
+dimensions with arbitrary strides, no unit stride at all (the blocked GEMM),
+an empty inner dimension, addmm's beta (0 must not read NaN in self) and
+strided outputs, and products large enough to split over the thread pool."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from support import assert_ok, run_python
+
+# Runs in a fresh process per engine: FLEMU_BLAS is read when the plugin initializes.
+_CASES = r"""
+import json, torch, torch_fl
+g = torch.Generator().manual_seed(0)
+def r(*s, dtype=torch.float32):
+    return torch.randn(*s, generator=g, dtype=dtype)
+cases = {
+    "nn": (r(7, 5), r(5, 9)),
+    "tn": (r(5, 7).t(), r(5, 9)),
+    "nt": (r(7, 5), r(9, 5).t()),
+    "tt": (r(5, 7).t(), r(9, 5).t()),
+    "wide_rows": (r(7, 12)[:, 2:7], r(5, 20)[:, 3:12]),
+    "row_vector_odd_stride": (r(1, 40)[:, ::8], r(5, 3)),
+    "column_vector": (r(6, 1), r(1, 4)),
+    "no_unit_stride": (r(14, 10)[::2, ::2], r(10, 18)[::2, ::2]),
+    "empty_inner": (r(4, 0), r(0, 3)),
+    "split_over_threads": (r(300, 200), r(200, 160)),
+    "split_by_columns": (r(20, 300), r(300, 900)),
+    "float64": (r(33, 17, dtype=torch.float64), r(17, 21, dtype=torch.float64).t().contiguous().t()),
+}
+errs = {}
+for name, (a, b) in cases.items():
+    got = (a.to("flemu") @ b.to("flemu")).cpu()
+    errs[name] = float((got - a @ b).abs().max()) if got.numel() else 0.0
+self_nan = torch.full((7, 9), float("nan"))
+a, b = cases["nn"]
+errs["addmm_beta0_nan"] = float((torch.addmm(self_nan.to("flemu"), a.to("flemu"), b.to("flemu"), beta=0).cpu()
+                                 - a @ b).abs().max())
+bias = r(9)
+errs["addmm_beta_alpha"] = float((torch.addmm(bias.to("flemu"), a.to("flemu"), b.to("flemu"), beta=0.5, alpha=2)
+                                  .cpu() - torch.addmm(bias, a, b, beta=0.5, alpha=2)).abs().max())
+out = torch.zeros(9, 7).to("flemu").t()  # a transposed output
+torch.mm(a.to("flemu"), b.to("flemu"), out=out)
+errs["strided_out"] = float((out.cpu() - a @ b).abs().max())
+x, y = r(6, 8, 5).transpose(1, 2), r(6, 8, 4)
+errs["bmm_transposed"] = float((torch.bmm(x.to("flemu"), y.to("flemu")).cpu() - torch.bmm(x, y)).abs().max())
+print(json.dumps(errs))
+"""
+
+
+@pytest.fixture(scope="module", params=["1", "0"], ids=["openblas", "blocked"])
+def errors(request: pytest.FixtureRequest) -> dict[str, float]:
+    proc = run_python(_CASES, env={"FLEMU_BLAS": request.param, "TORCH_FL_FALLBACK": "error"})
+    return json.loads(assert_ok(proc).strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", [
+    "nn", "tn", "nt", "tt", "wide_rows", "row_vector_odd_stride", "column_vector", "no_unit_stride",
+    "empty_inner", "split_over_threads", "split_by_columns", "float64", "addmm_beta0_nan",
+    "addmm_beta_alpha", "strided_out", "bmm_transposed",
+])
+def test_engine_matches_the_cpu(errors: dict[str, float], case: str) -> None:
+    assert errors[case] <= 1e-4, f"{case}: max |flemu - cpu| = {errors[case]}"
+
+
+def test_a_malformed_switch_names_the_variable() -> None:
+    proc = run_python("import torch; torch.ones(1, device='flemu')", env={"FLEMU_BLAS": "maybe"})
+    assert proc.returncode != 0
+    assert "FLEMU_BLAS" in proc.stderr and "maybe" in proc.stderr, proc.stderr[-2000:]
