@@ -1,5 +1,6 @@
 """The model zoo trains on flemu like on the CPU, with every CPU fallback
-forbidden: forward outputs, gradients, 10 optimizer steps of loss tracking,
+forbidden: forward outputs, gradients, 10 optimizer steps of loss tracking and
+per-step updates (each step from the CPU's state),
 eval mode after training (batch-norm running statistics) and bfloat16 AMP for
 the models that declare it (ResNet-18, the encoder, the UNet)."""
 
@@ -97,3 +98,64 @@ def test_parity_reports_a_wrong_device_result() -> None:
     assert any(f.startswith("eval forward") for f in result.failures), result.failures
     assert result.to_dict()["passed"] is False
     assert result.eval_max_abs is not None and result.amp_max_abs is None
+
+
+def _small_cnn_spec(make_optimizer, bn_momentum_on_device: float = 0.1) -> ModelSpec:
+    """A convolution, batch norm and linear head trained with SGD; the device
+    copy's batch norm may use another running-statistics momentum."""
+
+    class _Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+            self.bn = torch.nn.BatchNorm2d(4)
+            self.fc = torch.nn.Linear(4 * 6 * 6, 3)
+
+        def _apply(self, fn, recurse=True):  # noqa: ANN001, ANN202 - nn.Module's hook for .to()
+            out = super()._apply(fn, recurse)
+            on_device = any(p.device.type != "cpu" for p in self.parameters())
+            self.bn.momentum = bn_momentum_on_device if on_device else 0.1
+            return out
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(torch.relu(self.bn(self.conv(x))).flatten(1))
+
+    return ModelSpec(
+        name="small_cnn", family="cnn", description="test double",
+        build=_Net,
+        make_batch=lambda seed: ((torch.randn(4, 3, 6, 6, generator=torch.Generator().manual_seed(seed)),),
+                                 torch.randint(0, 3, (4,), generator=torch.Generator().manual_seed(seed))),
+        loss_fn=lambda m, inputs, target: torch.nn.functional.cross_entropy(m(*inputs), target),
+        make_optimizer=make_optimizer,
+        amp_dtype=None,
+    )
+
+
+def _sgd(momentum_on_device: float = 0.9, lr_on_device: float = 0.05):
+    def make(params, device_type: str) -> torch.optim.Optimizer:
+        if device_type == "cpu":
+            return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+        return torch.optim.SGD(params, lr=lr_on_device, momentum=momentum_on_device)
+    return make
+
+
+def test_parity_passes_the_small_cnn_and_steps_from_the_cpu_state() -> None:
+    with torch_fl.fallback_mode("error"):
+        result = check_parity(_small_cnn_spec(_sgd()), device="flemu", steps=4)
+    assert result.passed, _report(result)
+    assert result.eval_max_abs is not None and result.eval_max_abs < 1e-5, result.eval_max_abs
+
+
+@pytest.mark.parametrize(("optimizer", "bn_momentum", "expected"), [
+    # An optimizer that ignores momentum takes step 0 like SGD (the buffer starts as the gradient).
+    (_sgd(momentum_on_device=0.0), 0.1, "update at step 1: update of "),
+    (_sgd(lr_on_device=0.06), 0.1, "update at step 0: update of "),
+    (_sgd(), 0.2, "buffers after step 0: buffer bn.running_mean"),
+])
+def test_parity_reports_a_wrong_step(optimizer, bn_momentum: float, expected: str) -> None:  # noqa: ANN001
+    with torch_fl.fallback_mode("error"):
+        result = check_parity(_small_cnn_spec(optimizer, bn_momentum), device="flemu", steps=3)
+    assert not result.passed
+    assert any(f.startswith(expected) for f in result.failures), result.failures
+    # Forward and gradients of step 0 agree: the step itself is what differs.
+    assert not any(f.startswith(("forward", "gradients")) for f in result.failures), result.failures
