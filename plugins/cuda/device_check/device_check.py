@@ -205,7 +205,8 @@ def model_worker(args: argparse.Namespace) -> dict[str, Any]:
     opt = torch.optim.AdamW(net.parameters(), lr=1e-4, fused=fused or None, foreach=False if not fused else None)
     result: dict[str, Any] = {"model": args.model, "device": args.device, "source": case["source"],
                               "shape": case["shape"], "optimizer": f"AdamW({'fused' if fused else 'plain'})",
-                              "parameters": sum(p.numel() for p in net.parameters())}
+                              "parameters": sum(p.numel() for p in net.parameters()),
+                              "float32_math": "full float32 (TF32 off for cuBLAS and cuDNN on both sides)"}
 
     # Step 0: outputs and gradients for the comparison, before any update.
     loss, out = case["loss"](net, inputs)
@@ -499,7 +500,8 @@ class Check:
 
 def worker_env(site: Path | None, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ, TORCH_FL_AUTOLOAD="0", TORCH_DEVICE_BACKEND_AUTOLOAD="0", HF_HUB_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1", TORCH_FL_FALLBACK="silent")
+               TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1", TORCH_FL_FALLBACK="silent",
+               FLCUDA_ALLOW_TF32="0")
     if site is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.update(extra or {})
