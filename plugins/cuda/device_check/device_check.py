@@ -360,6 +360,7 @@ def op_cases() -> list[tuple[str, Any]]:
         ("relu_gelu_tanh_exp", grads(lambda a: F.relu(a) + F.gelu(a) + torch.tanh(a) + torch.exp(-a * a), (8, 9))),
         ("transpose_copy", grads(lambda a: a.t().contiguous() * 2, (7, 3))),
         ("sum_mean_dims", grads(lambda a: a.sum(0, keepdim=True) + a.mean(1, keepdim=True), (33, 17))),
+        ("sum_mean_all", grads(lambda a: a.sum() * a.mean() + a.t().sum(), (129, 300))),
         ("softmax", grads(lambda a: torch.softmax(a, -1) * torch.arange(9.0, device=a.device), (5, 9))),
         ("log_softmax_dim0", grads(lambda a: torch.log_softmax(a, 0) * 0.3, (6, 4))),
         ("matmul_bmm", grads(lambda a, b: a @ b, (3, 4, 5), (3, 5, 2))),

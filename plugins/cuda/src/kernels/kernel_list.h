@@ -86,6 +86,8 @@ constexpr uint32_t kInPlaceByName = TFL_KERNEL_NO_DERIVED_VARIANTS;
   X(kernel_addmm, "aten::addmm", kFloats, kGemm, "aten::addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor") \
   X(kernel_bmm, "aten::bmm", kFloats, kGemm, "aten::bmm(Tensor self, Tensor mat2) -> Tensor") \
   /* reduce_norm.cu */ \
+  X(kernel_sum, "aten::sum", kFloats, 0, "aten::sum(Tensor self, *, ScalarType? dtype=None) -> Tensor") \
+  X(kernel_mean, "aten::mean", kFloats, 0, "aten::mean(Tensor self, *, ScalarType? dtype=None) -> Tensor") \
   X(kernel_sum_dim, "aten::sum.dim_IntList", kFloats, 0, "aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor") \
   X(kernel_mean_dim, "aten::mean.dim", kFloats, 0, "aten::mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor") \
   X(kernel_softmax, "aten::_softmax", kFloats, kDense, "aten::_softmax(Tensor self, int dim, bool half_to_float) -> Tensor") \

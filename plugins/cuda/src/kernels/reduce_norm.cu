@@ -71,6 +71,21 @@ __global__ void reduce_rows_kernel(ReducePlan p) {
   }
 }
 
+// Block per (output, slice of the reduced range), threads walking the slice
+// with unit stride: partial sums to ws[s][m]. For few long contiguous rows.
+template <class Acc>
+__global__ void reduce_row_slices_kernel(ReducePlan p, int64_t slices, Acc* ws) {
+  const int64_t m = blockIdx.x, s = blockIdx.y;
+  const int64_t chunk = (p.R + slices - 1) / slices;
+  const int64_t base = decompose(m, p.kept_ndim, p.kept_sizes, p.kept_in_strides);
+  const int64_t end = min(p.R, (s + 1) * chunk);
+  Acc acc = 0;
+  for (int64_t r = s * chunk + threadIdx.x; r < end; r += blockDim.x)
+    acc += load_as<Acc>(p.in + base + decompose(r, p.red_ndim, p.red_sizes, p.red_strides), p.in_dtype);
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) ws[s * p.M + m] = acc;
+}
+
 // Thread per (output, slice of the reduced range): partial sums to ws[s][m].
 template <class Acc>
 __global__ void reduce_columns_kernel(ReducePlan p, int64_t slices, Acc* ws) {
@@ -101,7 +116,7 @@ __global__ void reduce_finish_kernel(ReducePlan p, int64_t slices, const Acc* ws
 }
 
 template <class Acc>
-void launch_reduce(const KernelCall& call, ReducePlan& p, bool rows) {
+void launch_reduce(const KernelCall& call, ReducePlan& p, bool rows, bool inner_reduced) {
   if (p.M == 0) return;
   if (p.R == 0) {
     // Sum of nothing is 0; mean of nothing is NaN, as in PyTorch.
@@ -110,6 +125,13 @@ void launch_reduce(const KernelCall& call, ReducePlan& p, bool rows) {
   }
   if (rows) {
     reduce_rows_kernel<Acc><<<static_cast<unsigned>(std::min<int64_t>(p.M, 65535 * 8)), kThreads, 0, call.stream()>>>(p);
+  } else if (inner_reduced && p.M <= 65535) {
+    // Each block takes at least 16K elements of one row; ~1K blocks in all.
+    const int64_t slices = std::max<int64_t>(1, std::min<int64_t>((p.R + 16383) / 16384, std::max<int64_t>(1, 1024 / p.M)));
+    Acc* ws = static_cast<Acc*>(call.workspace(static_cast<size_t>(slices * p.M) * sizeof(Acc)));
+    reduce_row_slices_kernel<Acc><<<dim3(static_cast<unsigned>(p.M), static_cast<unsigned>(slices)), kThreads, 0,
+                                    call.stream()>>>(p, slices, ws);
+    reduce_finish_kernel<Acc><<<grid_for(p.M, kThreads), kThreads, 0, call.stream()>>>(p, slices, ws);
   } else {
     int64_t slices = std::min<int64_t>((p.R + 31) / 32, std::max<int64_t>(1, 262144 / p.M));
     slices = std::max<int64_t>(1, std::min<int64_t>(slices, 1024));
@@ -120,13 +142,14 @@ void launch_reduce(const KernelCall& call, ReducePlan& p, bool rows) {
   call.check_launch("reduction");
 }
 
-void reduce_dims(KernelCall& call, bool mean, const char* op) {
+// all_dims: aten::sum / aten::mean, whose argument 1 is the dtype, not dims.
+void reduce_dims(KernelCall& call, bool mean, const char* op, bool all_dims = false) {
   const TFL_Tensor* x = call.tensor(0, "self");
   const TFL_Tensor* out = call.required_output(0);
   if (mean && !is_floating(out->dtype)) tfl::unimplemented("mean of an integral result dtype");
   std::vector<bool> reduced(static_cast<size_t>(x->ndim), false);
   std::vector<int64_t> dims;
-  if (call.has_input(1)) dims = call.ints(1, "dim");
+  if (!all_dims && call.has_input(1)) dims = call.ints(1, "dim");
   if (dims.empty()) {
     std::fill(reduced.begin(), reduced.end(), true);
   } else {
@@ -137,7 +160,7 @@ void reduce_dims(KernelCall& call, bool mean, const char* op) {
       if (x->ndim > 0) reduced[static_cast<size_t>(w)] = true;
     }
   }
-  const bool keepdim = call.boolean_or(2, false, "keepdim");
+  const bool keepdim = !all_dims && call.boolean_or(2, false, "keepdim");
   ReducePlan p{};
   p.in = static_cast<const char*>(x->data);
   p.out = static_cast<char*>(out->data);
@@ -185,8 +208,8 @@ void reduce_dims(KernelCall& call, bool mean, const char* op) {
   // few long contiguous rows (a full reduction) go to the split path.
   const bool inner_reduced = !red.empty() && red.back().stride == in_is;
   const bool rows = inner_reduced && (p.M >= 512 || p.R <= 65536);
-  if (x->dtype == TFL_DTYPE_FLOAT64 || out->dtype == TFL_DTYPE_FLOAT64) launch_reduce<double>(call, p, rows);
-  else if (is_floating(out->dtype)) launch_reduce<float>(call, p, rows);
+  if (x->dtype == TFL_DTYPE_FLOAT64 || out->dtype == TFL_DTYPE_FLOAT64) launch_reduce<double>(call, p, rows, inner_reduced);
+  else if (is_floating(out->dtype)) launch_reduce<float>(call, p, rows, inner_reduced);
   else tfl::unimplemented(op, " with an integral result runs on the fallback path");
 }
 
@@ -847,6 +870,14 @@ void nll_geometry(const TFL_Tensor* x, const TFL_Tensor* target, int64_t* N, int
 // ===========================================================================
 // Entry points
 // ===========================================================================
+
+// aten::sum(Tensor self, *, ScalarType? dtype=None) and aten::mean(...): every dim.
+TFL_Error* kernel_sum(const TFL_Kernel_Args* args) {
+  return run_kernel(args, "aten::sum", [&](KernelCall& call) { reduce_dims(call, false, "sum", true); });
+}
+TFL_Error* kernel_mean(const TFL_Kernel_Args* args) {
+  return run_kernel(args, "aten::mean", [&](KernelCall& call) { reduce_dims(call, true, "mean", true); });
+}
 
 // aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None)
 TFL_Error* kernel_sum_dim(const TFL_Kernel_Args* args) {
