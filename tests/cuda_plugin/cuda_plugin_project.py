@@ -67,6 +67,7 @@ def build_plugin() -> BuiltPlugin:
     with open(build_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time per source state
         if library.is_file() and (build_dir / ".complete").is_file():
+            prune_builds(keep=build_dir)
             return BuiltPlugin(library, build_dir, 0.0)
         start = time.monotonic()
         jobs = str(max(1, min(os.cpu_count() or 1, 4)))
@@ -84,7 +85,16 @@ def build_plugin() -> BuiltPlugin:
         seconds = time.monotonic() - start
         assert library.is_file(), f"the build finished without {library}"
         (build_dir / ".complete").write_text(f"{seconds:.1f}\n", encoding="utf-8")
-        return BuiltPlugin(library, build_dir, seconds)
+    prune_builds(keep=build_dir)
+    return BuiltPlugin(library, build_dir, seconds)
+
+
+def prune_builds(keep: Path, newest: int = 3) -> None:
+    """Removes builds of earlier source states, all but the `newest` few."""
+    builds = sorted((d for d in BUILD_ROOT.iterdir() if d.is_dir() and d != keep),
+                    key=lambda d: d.stat().st_mtime, reverse=True)
+    for old in builds[newest - 1:]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def has_cuda_driver() -> bool:
