@@ -38,3 +38,20 @@ def test_symbol_convention_kernels_are_registered(flemu: torch_fl.PluginHandle) 
     assert s.table.get("aten::maximum").native == 1 and s.table.get("aten::abs").native == 1
     assert torch.equal(m.cpu(), torch.maximum(a.cpu(), b.cpu()))
     assert torch.equal(n.cpu(), a.cpu().t().abs())
+
+
+def test_custom_op_traces_under_fake_tensors_and_dynamo(flemu: torch_fl.PluginHandle) -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = torch.empty(3, 5, device="flemu")
+        out = torch.ops.flemu.scale_add(x, x, 2.0)
+    assert out.shape == (3, 5) and out.device.type == "flemu"
+
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.ops.flemu.scale_add(a, b, 0.5) * 2
+
+    a = torch.randn(4, 6, device="flemu")
+    b = torch.randn(4, 6, device="flemu")
+    compiled = torch.compile(f, backend="eager", fullgraph=True)
+    assert torch.allclose(compiled(a, b).cpu(), (a.cpu() + 0.5 * b.cpu()) * 2, atol=1e-6)

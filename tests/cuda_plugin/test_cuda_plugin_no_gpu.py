@@ -82,8 +82,10 @@ def test_register_device_plugin_raises_a_clear_error(flcuda_build: BuiltPlugin) 
     proc = run_python(code, env=ISOLATED)
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
     out = proc.stdout.strip().splitlines()[-1]
-    assert out.startswith("RAISED PluginInitializationError"), out
-    assert "TFL_ERR_UNAVAILABLE" in out and any(r in out for r in NO_GPU_REASONS), out
+    # Unavailable here (no hardware or driver), a PluginInitializationError subclass.
+    assert out.startswith("RAISED PluginUnavailableError"), out
+    assert "unavailable on this machine" in out and "TFL_ERR_UNAVAILABLE" in out, out
+    assert any(r in out for r in NO_GPU_REASONS), out
 
 
 @needs_no_driver
@@ -92,16 +94,19 @@ def test_torchfl_list_names_the_reason(flcuda_build: BuiltPlugin) -> None:
     proc = subprocess.run([sys.executable, "-m", "torch_fl.cli", "list"], env=env,
                           capture_output=True, text=True, timeout=600, check=False)
     lines = proc.stdout.splitlines()
-    head = next((i for i, ln in enumerate(lines) if ln.startswith(("PASS  flcuda", "FAIL  flcuda"))), None)
+    head = next((i for i, ln in enumerate(lines) if ln.split()[:2] in (["PASS", "flcuda"],
+                 ["FAIL", "flcuda"], ["UNAVAILABLE", "flcuda"])), None)
     assert head is not None, proc.stdout + proc.stderr
-    assert lines[head].startswith("FAIL  flcuda"), lines[head]
+    assert lines[head].startswith("UNAVAILABLE  flcuda"), lines[head]
+    # Hardware absent here is not a broken installation: flemu loads, the exit status is 0.
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
     reason = next((ln for ln in lines[head + 1:head + 4] if ln.strip().startswith("reason:")), "")
     assert any(r in reason for r in NO_GPU_REASONS), f"reason line: {reason!r}\n{proc.stdout}"
     assert "Crash" not in reason, reason
 
 
 @needs_no_driver
-def test_autoload_moves_on_with_a_warning(flcuda_build: BuiltPlugin) -> None:
+def test_autoload_moves_on_quietly(flcuda_build: BuiltPlugin) -> None:
     code = """
         import warnings
         with warnings.catch_warnings(record=True) as caught:
@@ -116,7 +121,8 @@ def test_autoload_moves_on_with_a_warning(flcuda_build: BuiltPlugin) -> None:
     env = {"TORCH_FL_PLUGINS": f"flcuda={flcuda_build.library}@50"}
     proc = run_python(code, env=env)
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
+    # An installed plugin without its hardware does not warn at every `import torch`.
     warnings_text = "\n".join(ln for ln in proc.stdout.splitlines() if ln.startswith("WARNING"))
-    assert "flcuda" in warnings_text and any(r in warnings_text for r in NO_GPU_REASONS), proc.stdout
+    assert "flcuda" not in warnings_text, proc.stdout
     plugin = next(ln for ln in proc.stdout.splitlines() if ln.startswith("PLUGIN"))
     assert plugin != "PLUGIN flcuda", plugin

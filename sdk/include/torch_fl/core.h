@@ -89,7 +89,10 @@ typedef struct TFL_HostServices {
  * ABI version and may refuse it with TFL_ERR_ABI_MISMATCH. Options are
  * key/value strings the user passed at registration (e.g. from
  * torch_fl.register_device_plugin(..., metadata=...)); unknown keys are
- * ignored. */
+ * ignored. A plugin whose hardware or driver is absent on this machine
+ * returns TFL_ERR_UNAVAILABLE with a message naming what is missing: the host
+ * then reports it as unavailable here (torch_fl.PluginUnavailableError), not
+ * as a broken plugin, and `import torch` does not warn about it. */
 typedef struct TFL_Plugin_Initialize_Args {
   size_t struct_size;
   uint32_t host_abi_major;           /* in */

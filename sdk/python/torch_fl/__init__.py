@@ -35,6 +35,7 @@ from torch_fl.errors import (
     PluginError,
     PluginInitializationError,
     PluginNotFoundError,
+    PluginUnavailableError,
 )
 from torch_fl.op_stats import (
     OpStat,
@@ -68,6 +69,7 @@ __all__ = [
     "PluginError",
     "PluginHandle",
     "PluginInitializationError",
+    "PluginUnavailableError",
     "PluginNotFoundError",
     "PluginSpec",
     "abi_version",

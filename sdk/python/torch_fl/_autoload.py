@@ -7,15 +7,20 @@ failure is a warning and leaves the device unregistered.
 from __future__ import annotations
 
 import os
+import time
 import warnings
 
-__all__ = ["autoload"]
+__all__ = ["autoload", "elapsed_s"]
 
 _attempted = False
+# Seconds the last autoload spent registering a plugin (imports of torch_fl
+# included): what `import torch` pays for torch-fl, without the noise of
+# timing two whole imports of torch against each other.
+elapsed_s: float | None = None
 
 
 def autoload() -> None:
-    global _attempted
+    global _attempted, elapsed_s
     if _attempted:
         return
     try:
@@ -29,6 +34,7 @@ def autoload() -> None:
     if os.environ.get("TORCH_FL_AUTOLOAD", "1") == "0":
         return
     _attempted = True
+    start = time.perf_counter()
     try:
         from torch_fl._registration import autoload_best_plugin
 
@@ -42,3 +48,5 @@ def autoload() -> None:
             RuntimeWarning,
             stacklevel=2,
         )
+    finally:
+        elapsed_s = time.perf_counter() - start

@@ -23,6 +23,7 @@ from torch_fl.errors import (
     InvalidDeviceNameError,
     PluginConflictError,
     PluginNotFoundError,
+    PluginUnavailableError,
 )
 from torch_fl.op_stats import FALLBACK_MODES, op_stats, set_fallback_mode
 
@@ -309,6 +310,8 @@ def autoload_best_plugin() -> PluginHandle | None:
     usable = [s for s in specs if s.error is None]
     failures: list[str] = []
     failed: list[PluginSpec] = []
+    # A plugin whose hardware is absent here is installed, not broken: no warning.
+    unavailable: list[str] = []
     for spec in usable:
         rest = [s for s in usable if s is not spec and not _same_plugin(s, spec)]
         others = tuple(dict.fromkeys(f"{s.name} (priority {s.priority})" for s in rest))
@@ -317,6 +320,10 @@ def autoload_best_plugin() -> PluginHandle | None:
                 spec.name, spec.library, priority=spec.priority,
                 _source=spec.source, _passed_over=others,
             )
+        except PluginUnavailableError as exc:
+            unavailable.append(f"{spec.name}: {exc}")
+            failed.append(spec)
+            continue
         except Exception as exc:
             failures.append(f"{spec.name}: {exc}")
             failed.append(spec)
@@ -334,5 +341,5 @@ def autoload_best_plugin() -> PluginHandle | None:
             )
         return handle
     if failures:
-        raise RuntimeError("no installed plugin could be registered: " + "; ".join(failures))
+        raise RuntimeError("no installed plugin could be registered: " + "; ".join(failures + unavailable))
     return None

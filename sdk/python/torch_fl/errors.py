@@ -11,6 +11,7 @@ __all__ = [
     "PluginConflictError",
     "PluginError",
     "PluginInitializationError",
+    "PluginUnavailableError",
     "PluginNotFoundError",
 ]
 
@@ -43,6 +44,11 @@ class PluginInitializationError(PluginError):
     """The plugin's Plugin_Initialize refused to start."""
 
 
+class PluginUnavailableError(PluginInitializationError):
+    """The plugin loads but its hardware or driver is absent on this machine
+    (Plugin_Initialize returned TFL_ERR_UNAVAILABLE): installed, not usable here."""
+
+
 class InvalidDeviceNameError(PluginError, ValueError):
     """The device name is not usable as a PyTorch device type."""
 
@@ -59,5 +65,6 @@ LOAD_ERRORS: dict[str, type[PluginError]] = {
     "abi_mismatch": ABIMismatchError,
     "missing_functions": MissingFunctionsError,
     "initialize_failed": PluginInitializationError,
+    "unavailable": PluginUnavailableError,
     "bad_plugin": PluginError,
 }

@@ -222,6 +222,7 @@ KernelRegistration register_plugin_kernels(
   const auto& minimal = minimal_op_names();
   std::set<std::string> explicit_ops(seen.begin(), seen.end());
   std::set<std::string> done;
+  const OpNameIndex all_ops;
   for (KernelSpec& spec : specs) {
     if (disabled.count(spec.op)) {
       report.rejected.emplace_back(spec.op, "disabled by TORCH_FL_DISABLE_KERNELS");
@@ -255,7 +256,7 @@ KernelRegistration register_plugin_kernels(
     if (sig.variant != TFL_VARIANT_FUNCTIONAL) {
       continue;
     }
-    for (const c10::OperatorHandle& variant : derived_variants(*handle)) {
+    for (const c10::OperatorHandle& variant : derived_variants(*handle, all_ops)) {
       const std::string vname = c10::toString(variant.operator_name());
       if (explicit_ops.count(vname) || done.count(vname) || disabled.count(vname)) {
         continue;

@@ -23,55 +23,59 @@ std::string abi_string(uint32_t major, uint32_t minor) {
 }
 
 // Reads the names of the functions a shared library exports from its ELF
-// dynamic symbol table. dlsym cannot enumerate, so the file is parsed.
+// dynamic symbol table. dlsym cannot enumerate, so the file is parsed; only
+// the headers and the two tables are read (a plugin may be tens of MB).
 std::vector<std::string> exported_function_names(const std::string& path) {
   std::vector<std::string> names;
-  std::ifstream file(path, std::ios::binary);
+  std::ifstream file(path, std::ios::binary | std::ios::ate);
   if (!file) {
     return names;
   }
-  std::vector<char> bytes((std::istreambuf_iterator<char>(file)), {});
-  if (bytes.size() < sizeof(Elf64_Ehdr) ||
-      std::memcmp(bytes.data(), ELFMAG, SELFMAG) != 0 ||
-      bytes[EI_CLASS] != ELFCLASS64) {
-    return names;
-  }
-  const auto* ehdr = reinterpret_cast<const Elf64_Ehdr*>(bytes.data());
+  const uint64_t size = static_cast<uint64_t>(file.tellg());
   auto in_bounds = [&](uint64_t off, uint64_t len) {
-    return off <= bytes.size() && len <= bytes.size() - off;
+    return off <= size && len <= size - off;
   };
-  if (ehdr->e_shentsize != sizeof(Elf64_Shdr) ||
-      !in_bounds(ehdr->e_shoff, uint64_t{ehdr->e_shnum} * sizeof(Elf64_Shdr))) {
+  auto read_at = [&](uint64_t off, uint64_t len, void* out) {
+    if (!in_bounds(off, len)) {
+      return false;
+    }
+    file.seekg(static_cast<std::streamoff>(off));
+    file.read(static_cast<char*>(out), static_cast<std::streamsize>(len));
+    return static_cast<bool>(file);
+  };
+  Elf64_Ehdr ehdr{};
+  if (!read_at(0, sizeof(ehdr), &ehdr) ||
+      std::memcmp(ehdr.e_ident, ELFMAG, SELFMAG) != 0 ||
+      ehdr.e_ident[EI_CLASS] != ELFCLASS64 ||
+      ehdr.e_shentsize != sizeof(Elf64_Shdr)) {
     return names;
   }
-  const auto* sections =
-      reinterpret_cast<const Elf64_Shdr*>(bytes.data() + ehdr->e_shoff);
-  for (unsigned i = 0; i < ehdr->e_shnum; ++i) {
-    const Elf64_Shdr& symtab = sections[i];
-    if (symtab.sh_type != SHT_DYNSYM || symtab.sh_link >= ehdr->e_shnum ||
+  std::vector<Elf64_Shdr> sections(ehdr.e_shnum);
+  if (!read_at(ehdr.e_shoff, sections.size() * sizeof(Elf64_Shdr), sections.data())) {
+    return names;
+  }
+  for (const Elf64_Shdr& symtab : sections) {
+    if (symtab.sh_type != SHT_DYNSYM || symtab.sh_link >= ehdr.e_shnum ||
         symtab.sh_entsize != sizeof(Elf64_Sym)) {
       continue;
     }
     const Elf64_Shdr& strtab = sections[symtab.sh_link];
-    if (!in_bounds(symtab.sh_offset, symtab.sh_size) ||
-        !in_bounds(strtab.sh_offset, strtab.sh_size)) {
+    std::vector<Elf64_Sym> syms(symtab.sh_size / sizeof(Elf64_Sym));
+    std::vector<char> strings(strtab.sh_size);
+    if (!read_at(symtab.sh_offset, syms.size() * sizeof(Elf64_Sym), syms.data()) ||
+        !read_at(strtab.sh_offset, strings.size(), strings.data())) {
       continue;
     }
-    const auto* syms =
-        reinterpret_cast<const Elf64_Sym*>(bytes.data() + symtab.sh_offset);
-    const char* strings = bytes.data() + strtab.sh_offset;
-    const size_t count = symtab.sh_size / sizeof(Elf64_Sym);
-    for (size_t s = 0; s < count; ++s) {
-      const Elf64_Sym& sym = syms[s];
+    for (const Elf64_Sym& sym : syms) {
       const unsigned bind = ELF64_ST_BIND(sym.st_info);
       if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC ||
           sym.st_shndx == SHN_UNDEF ||
           (bind != STB_GLOBAL && bind != STB_WEAK) ||
-          sym.st_name >= strtab.sh_size) {
+          sym.st_name >= strings.size()) {
         continue;
       }
-      const char* name = strings + sym.st_name;
-      names.emplace_back(name, strnlen(name, strtab.sh_size - sym.st_name));
+      const char* name = strings.data() + sym.st_name;
+      names.emplace_back(name, strnlen(name, strings.size() - sym.st_name));
     }
   }
   return names;
@@ -133,9 +137,13 @@ bool looks_like_shared_library(const std::string& path, std::string* why) {
 }
 
 // Formats the plugin's own message for a load-time error.
+std::string init_error_message(int32_t code, const std::string& message) {
+  return std::string(error_code_name(code)) + ": " + message;
+}
+
 std::string init_error_message(const Plugin& plugin, TFL_Error* error) {
   auto [code, message] = plugin.consume(error);
-  return std::string(error_code_name(code)) + ": " + message;
+  return init_error_message(code, message);
 }
 
 } // namespace
@@ -319,10 +327,17 @@ void Plugin::initialize(const std::map<std::string, std::string>& options) {
   args.option_values = values.data();
   args.num_options = keys.size();
   if (TFL_Error* err = api_->core->Plugin_Initialize(&args)) {
+    auto [code, message] = consume(err);
+    if (code == TFL_ERR_UNAVAILABLE) {
+      throw LoadError(
+          LoadErrorKind::Unavailable,
+          "'" + path_ + "' is unavailable on this machine: " +
+              init_error_message(code, message));
+    }
     throw LoadError(
         LoadErrorKind::InitializeFailed,
         "'" + path_ + "' refused to initialize: " +
-            init_error_message(*this, err));
+            init_error_message(code, message));
   }
 }
 

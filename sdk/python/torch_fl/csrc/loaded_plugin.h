@@ -27,6 +27,7 @@ enum class LoadErrorKind {
   AbiMismatch,
   MissingFunctions,
   InitializeFailed,
+  Unavailable, // Plugin_Initialize said TFL_ERR_UNAVAILABLE: no hardware or driver here
   BadPlugin,
 };
 

@@ -48,6 +48,8 @@ const char* load_error_kind(LoadErrorKind kind) {
       return "missing_functions";
     case LoadErrorKind::InitializeFailed:
       return "initialize_failed";
+    case LoadErrorKind::Unavailable:
+      return "unavailable";
     case LoadErrorKind::BadPlugin:
       return "bad_plugin";
   }

@@ -200,34 +200,47 @@ c10::OperatorName operator_name_of(const std::string& schema_name) {
   return c10::OperatorName(schema_name.substr(0, dot), schema_name.substr(dot + 1));
 }
 
-std::vector<c10::OperatorHandle> derived_variants(const c10::OperatorHandle& functional) {
+OpNameIndex::OpNameIndex() {
+  for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    by_name_[name.name].push_back(name);
+  }
+}
+
+const std::vector<c10::OperatorName>& OpNameIndex::named(const std::string& base) const {
+  static const std::vector<c10::OperatorName> kNone;
+  const auto it = by_name_.find(base);
+  return it == by_name_.end() ? kNone : it->second;
+}
+
+std::vector<c10::OperatorHandle> derived_variants(const c10::OperatorHandle& functional,
+                                                  const OpNameIndex& ops) {
   std::vector<c10::OperatorHandle> variants;
   const c10::FunctionSchema& fs = functional.schema();
   const std::string& base = fs.name();
-  for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
-    if (name.name != base && name.name != base + "_") {
-      continue;
-    }
-    auto handle = c10::Dispatcher::singleton().findOp(name);
-    if (!handle.has_value() || !handle->hasSchema()) {
-      continue;
-    }
-    const c10::FunctionSchema& vs = handle->schema();
-    if (name.name == base + "_") {
-      // In-place: same overload, same arguments, writes and returns self.
-      if (name.overload_name == fs.overload_name() && same_arguments(fs, vs, false) &&
-          !vs.arguments().empty() && vs.arguments()[0].alias_info() &&
-          vs.arguments()[0].alias_info()->isWrite()) {
-        variants.push_back(*handle);
+  for (const std::string& candidate : {base, base + "_"}) {
+    const bool inplace = candidate.size() != base.size();
+    for (const c10::OperatorName& name : ops.named(candidate)) {
+      auto handle = c10::Dispatcher::singleton().findOp(name);
+      if (!handle.has_value() || !handle->hasSchema()) {
+        continue;
       }
-    } else if (name.overload_name != fs.overload_name() && vs.is_mutable() &&
-               same_arguments(fs, vs, true)) {
-      bool has_out = false;
-      for (const auto& arg : vs.arguments()) {
-        has_out = has_out || arg.is_out();
-      }
-      if (has_out && vs.returns().size() == fs.returns().size()) {
-        variants.push_back(*handle);
+      const c10::FunctionSchema& vs = handle->schema();
+      if (inplace) {
+        // In-place: same overload, same arguments, writes and returns self.
+        if (name.overload_name == fs.overload_name() && same_arguments(fs, vs, false) &&
+            !vs.arguments().empty() && vs.arguments()[0].alias_info() &&
+            vs.arguments()[0].alias_info()->isWrite()) {
+          variants.push_back(*handle);
+        }
+      } else if (name.overload_name != fs.overload_name() && vs.is_mutable() &&
+                 same_arguments(fs, vs, true)) {
+        bool has_out = false;
+        for (const auto& arg : vs.arguments()) {
+          has_out = has_out || arg.is_out();
+        }
+        if (has_out && vs.returns().size() == fs.returns().size()) {
+          variants.push_back(*handle);
+        }
       }
     }
   }
@@ -244,16 +257,14 @@ std::optional<c10::OperatorHandle> functional_of(const c10::OperatorHandle& vari
     base.pop_back();
   }
   const c10::OperatorName wanted = variant.operator_name();
-  for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
-    if (name.name != base) {
-      continue;
-    }
+  const OpNameIndex ops;
+  for (const c10::OperatorName& name : ops.named(base)) {
     auto handle = c10::Dispatcher::singleton().findOp(name);
     if (!handle.has_value() || !handle->hasSchema() ||
         analyze(handle->schema()).variant != TFL_VARIANT_FUNCTIONAL) {
       continue;
     }
-    for (const c10::OperatorHandle& v : derived_variants(*handle)) {
+    for (const c10::OperatorHandle& v : derived_variants(*handle, ops)) {
       if (v.operator_name() == wanted) {
         return handle;
       }

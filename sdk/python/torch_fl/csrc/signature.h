@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace torch_fl::bridge {
@@ -60,9 +61,21 @@ Signature analyze(const c10::FunctionSchema& schema);
 // "aten::add.Tensor" -> {"aten::add", "Tensor"}; "aten::mm" -> {"aten::mm", ""}.
 c10::OperatorName operator_name_of(const std::string& schema_name);
 
+// Every registered operator name, by base name (the dispatcher only hands
+// out a copy of all of them at once).
+class OpNameIndex {
+ public:
+  OpNameIndex();
+  const std::vector<c10::OperatorName>& named(const std::string& base) const;
+
+ private:
+  std::unordered_map<std::string, std::vector<c10::OperatorName>> by_name_;
+};
+
 // The in-place and out= overloads that share a functional overload's
 // arguments, so one kernel can serve them.
-std::vector<c10::OperatorHandle> derived_variants(const c10::OperatorHandle& functional);
+std::vector<c10::OperatorHandle> derived_variants(const c10::OperatorHandle& functional,
+                                                  const OpNameIndex& ops);
 
 // The functional overload whose kernel would also serve `variant` (itself
 // when it is functional); nullopt when no functional overload derives it.

@@ -35,6 +35,7 @@ class PluginStatus:
     ok: bool
     reason: str = ""  # why it failed, "" when it loaded
     error: str = ""  # exception class name when it failed
+    unavailable: bool = False  # it loads, but its hardware or driver is absent here
     plugin_name: str = ""
     vendor: str = ""
     version: str = ""
@@ -67,7 +68,10 @@ def _child(spec_json: str) -> None:
             "custom_ops": len(h.custom_ops),
         }
     except Exception as exc:  # noqa: BLE001 - every failure is a result to report
-        out = {"ok": False, "error": type(exc).__name__, "reason": str(exc)}
+        from torch_fl.errors import PluginUnavailableError
+
+        out = {"ok": False, "error": type(exc).__name__, "reason": str(exc),
+               "unavailable": isinstance(exc, PluginUnavailableError)}
     print(_MARKER + json.dumps(out), flush=True)
 
 
@@ -134,7 +138,7 @@ def format_listing(statuses: list[PluginStatus]) -> str:
     lines = [(f"{len(statuses)} plugin(s) found, in autoload order "
               "(each loaded in a fresh process):")]
     for s in statuses:
-        tag = "PASS" if s.ok else "FAIL"
+        tag = "PASS" if s.ok else "UNAVAILABLE" if s.unavailable else "FAIL"
         head = f"{tag}  {s.name}"
         if s.ok:
             abi = f"{s.abi[0]}.{s.abi[1]}" if s.abi else "?"
