@@ -4,10 +4,13 @@
   flemu, creates a tensor, then times the first `x + x` (flemu's native
   aten::add.Tensor) to its synchronize (target: <= 50 ms). Later stages (the
   second op, the first exp) are in extra_info.
-- autoload overhead: `import torch` with TORCH_DEVICE_BACKEND_AUTOLOAD=1
-  (flemu installed: the import registers it) minus the same import with
-  TORCH_DEVICE_BACKEND_AUTOLOAD=0, both timed in the same rounds, alternating,
-  by the child's own perf_counter (target: <= 30 ms).
+- autoload overhead: the time torch-fl's entry point spends inside
+  `import torch` with TORCH_DEVICE_BACKEND_AUTOLOAD=1 (importing torch_fl,
+  finding and registering flemu; `torch_fl._autoload.elapsed_s`, target:
+  <= 30 ms), and `import torch` with autoload minus the same import without,
+  both timed in the same rounds, alternating (this difference also holds
+  PyTorch's own entry-point scan, and on a shared machine two whole imports
+  of torch differ by more than the overhead: it is reported, not the figure).
 
 The benchmark's own time is a whole child process; the figures above are the
 medians of the stage times each child prints. Nothing here fails on a time.
@@ -21,7 +24,7 @@ import statistics
 import subprocess
 import sys
 
-ROUNDS = 5
+ROUNDS = 9
 
 # Each child prints one JSON object: its stages in seconds.
 _FIRST_OP = """
@@ -52,7 +55,8 @@ import json, time
 t0 = time.perf_counter()
 import torch
 t1 = time.perf_counter()
-print(json.dumps({"import_torch": t1 - t0,
+import torch_fl._autoload
+print(json.dumps({"import_torch": t1 - t0, "autoload": torch_fl._autoload.elapsed_s,
                   "registered": torch._C._get_privateuse1_backend_name()}))
 """
 
@@ -100,10 +104,11 @@ def test_autoload_import_overhead(benchmark) -> None:  # noqa: ANN001
         f"TORCH_DEVICE_BACKEND_AUTOLOAD=0 still registered: {[s['registered'] for s in off]}")
     with_ms = statistics.median(s["import_torch"] for s in on) * 1e3
     without_ms = statistics.median(s["import_torch"] for s in off) * 1e3
-    overhead = with_ms - without_ms
+    entry_ms = statistics.median(s["autoload"] for s in on) * 1e3
     benchmark.extra_info.update(import_autoload_ms=round(with_ms, 3),
                                 import_no_autoload_ms=round(without_ms, 3),
-                                autoload_overhead_ms=round(overhead, 3), target_ms=30)
-    print(f"\nautoload import overhead: {overhead:.1f} ms (target <= 30 ms): import torch "
-          f"{with_ms:.1f} ms with autoload, {without_ms:.1f} ms without "
-          f"(medians of {len(on)} fresh processes each)")
+                                import_difference_ms=round(with_ms - without_ms, 3),
+                                autoload_overhead_ms=round(entry_ms, 3), target_ms=30)
+    print(f"\nautoload overhead: {entry_ms:.1f} ms inside torch-fl's entry point (target <= 30 ms); "
+          f"import torch {with_ms:.1f} ms with autoload, {without_ms:.1f} ms without, difference "
+          f"{with_ms - without_ms:.1f} ms (medians of {len(on)} fresh processes each)")

@@ -1,0 +1,49 @@
+"""flemu's matrix products against PyTorch's own CPU GEMM (MKL), same run: the
+shapes of the zoo BERT encoder's projections and feed-forward layers (tokens x
+hidden @ hidden x 4*hidden and back), its attention's batched products, and a
+square 512^3. Ratio of medians flemu / CPU (target: <= 1.1x); nothing fails on
+a time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch_fl
+
+SHAPES = {
+    "mm_256x128x512": ("mm", (256, 128), (128, 512)),
+    "mm_256x512x128": ("mm", (256, 512), (512, 128)),
+    "mm_512x512x512": ("mm", (512, 512), (512, 512)),
+    "bmm_16x64x32x64": ("bmm", (16, 64, 32), (16, 32, 64)),
+}
+
+
+def _product(name: str, device: str) -> Callable[[], None]:
+    op, sa, sb = SHAPES[name]
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(sa, generator=g).to(device)
+    b = torch.randn(sb, generator=g).to(device)
+    fn = torch.mm if op == "mm" else torch.bmm
+
+    def run() -> None:
+        fn(a, b)
+        if device != "cpu":
+            torch.flemu.synchronize()
+
+    run()
+    return run
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_gemm_cpu(benchmark, name: str) -> None:  # noqa: ANN001
+    benchmark.pedantic(_product(name, "cpu"), rounds=30, warmup_rounds=3)
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_gemm_flemu(benchmark, name: str) -> None:  # noqa: ANN001
+    assert torch_fl.get_plugin() is not None, "the benchmark needs the flemu plugin"
+    benchmark.extra_info.update(baseline=f"test_gemm_cpu[{name}]", target=1.1)
+    with torch_fl.fallback_mode("error"):
+        benchmark.pedantic(_product(name, "flemu"), rounds=30, warmup_rounds=3)
