@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "support/elementwise_launch.h"
+#include "support/fast_math.h"
 #include "support/registry.h"
 
 namespace flemu {
@@ -34,7 +35,7 @@ Approx gelu_approximate(const Launch& L, size_t i) {
 
 template <class C>
 inline C gelu_of(C x, Approx approx) {
-  if (approx == Approx::None) return C(0.5) * x * (C(1) + std::erf(x * C(kSqrt1_2)));
+  if (approx == Approx::None) return C(0.5) * x * (C(1) + erf_of(x * C(kSqrt1_2)));
   const C inner = C(kSqrt2OverPi) * (x + C(kGeluKappa) * x * x * x);
   return C(0.5) * x * (C(1) + std::tanh(inner));
 }
@@ -42,8 +43,8 @@ inline C gelu_of(C x, Approx approx) {
 template <class C>
 inline C gelu_grad(C g, C x, Approx approx) {
   if (approx == Approx::None) {
-    const C cdf = C(0.5) * (C(1) + std::erf(x * C(kSqrt1_2)));
-    const C pdf = C(kInvSqrt2Pi) * std::exp(C(-0.5) * x * x);
+    const C cdf = C(0.5) * (C(1) + erf_of(x * C(kSqrt1_2)));
+    const C pdf = C(kInvSqrt2Pi) * exp_of(C(-0.5) * x * x);
     return g * (cdf + x * pdf);
   }
   const C x2 = x * x;

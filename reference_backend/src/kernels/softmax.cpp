@@ -10,6 +10,7 @@
 
 #include "../thread_pool.h"
 #include "support/elementwise_launch.h"
+#include "support/fast_math.h"
 #include "support/registry.h"
 
 namespace flemu {
@@ -58,16 +59,14 @@ void forward_block(const Ti* in, To* out, int64_t D, int64_t inner, sm_t<Ti>* ac
     C mx = -std::numeric_limits<C>::infinity();
     for (int64_t j = 0; j < D; ++j) mx = std::max<C>(mx, static_cast<C>(in[j]));
     if (std::isinf(mx) && mx < 0) mx = 0;  // an all -inf row: exp gives 0, no NaN from inf - inf
+    // The exponentials first (a loop that vectorizes), then their sum.
+    for (int64_t j = 0; j < D; ++j) acc[j] = exp_of(static_cast<C>(in[j]) - mx);
     C sum = 0;
+    for (int64_t j = 0; j < D; ++j) sum += acc[j];
     if constexpr (kind == Kind::Softmax) {
-      for (int64_t j = 0; j < D; ++j) {
-        acc[j] = std::exp(static_cast<C>(in[j]) - mx);
-        sum += acc[j];
-      }
       const C inv = C(1) / sum;
       for (int64_t j = 0; j < D; ++j) out[j] = convert<To>(acc[j] * inv);
     } else {
-      for (int64_t j = 0; j < D; ++j) sum += std::exp(static_cast<C>(in[j]) - mx);
       const C lse = mx + std::log(sum);
       for (int64_t j = 0; j < D; ++j) out[j] = convert<To>(static_cast<C>(in[j]) - lse);
     }
@@ -82,12 +81,12 @@ void forward_block(const Ti* in, To* out, int64_t D, int64_t inner, sm_t<Ti>* ac
   for (int64_t i = 0; i < inner; ++i)
     if (std::isinf(mx[i]) && mx[i] < 0) mx[i] = 0;
   for (int64_t j = 0; j < D; ++j)
-    for (int64_t i = 0; i < inner; ++i) sum[i] += std::exp(static_cast<C>(in[j * inner + i]) - mx[i]);
+    for (int64_t i = 0; i < inner; ++i) sum[i] += exp_of(static_cast<C>(in[j * inner + i]) - mx[i]);
   if constexpr (kind == Kind::Softmax) {
     for (int64_t i = 0; i < inner; ++i) sum[i] = C(1) / sum[i];
     for (int64_t j = 0; j < D; ++j)
       for (int64_t i = 0; i < inner; ++i)
-        out[j * inner + i] = convert<To>(std::exp(static_cast<C>(in[j * inner + i]) - mx[i]) * sum[i]);
+        out[j * inner + i] = convert<To>(exp_of(static_cast<C>(in[j * inner + i]) - mx[i]) * sum[i]);
   } else {
     for (int64_t i = 0; i < inner; ++i) sum[i] = mx[i] + std::log(sum[i]);
     for (int64_t j = 0; j < D; ++j)
@@ -104,6 +103,16 @@ template <class Ti, class To, Kind kind>
 void backward_block(const Ti* g, const Ti* y, To* gi, int64_t D, int64_t inner, sm_t<Ti>* acc, int64_t first_row,
                     bool drop_third) {
   using C = sm_t<Ti>;
+  if (inner == 1 && !drop_third) {  // one row: straight loops over it, which vectorize
+    C sum = 0;
+    for (int64_t j = 0; j < D; ++j)
+      sum += kind == Kind::Softmax ? static_cast<C>(g[j]) * static_cast<C>(y[j]) : static_cast<C>(g[j]);
+    for (int64_t j = 0; j < D; ++j) {
+      const C gv = static_cast<C>(g[j]), yv = static_cast<C>(y[j]);
+      gi[j] = convert<To>(kind == Kind::Softmax ? yv * (gv - sum) : gv - exp_of(yv) * sum);
+    }
+    return;
+  }
   std::fill(acc, acc + inner, C(0));
   for (int64_t j = 0; j < D; ++j)
     for (int64_t i = 0; i < inner; ++i) {
@@ -116,7 +125,7 @@ void backward_block(const Ti* g, const Ti* y, To* gi, int64_t D, int64_t inner, 
   for (int64_t j = 0; j < D; ++j)
     for (int64_t i = 0; i < inner; ++i) {
       const C gv = static_cast<C>(g[j * inner + i]), yv = static_cast<C>(y[j * inner + i]);
-      gi[j * inner + i] = convert<To>(kind == Kind::Softmax ? yv * (gv - acc[i]) : gv - std::exp(yv) * acc[i]);
+      gi[j * inner + i] = convert<To>(kind == Kind::Softmax ? yv * (gv - acc[i]) : gv - exp_of(yv) * acc[i]);
     }
 }
 
