@@ -33,16 +33,18 @@ Approx gelu_approximate(const Launch& L, size_t i) {
   invalid_argument("gelu: approximate must be 'none' or 'tanh', got '", a, "'");
 }
 
-template <class C>
-inline C gelu_of(C x, Approx approx) {
-  if (approx == Approx::None) return C(0.5) * x * (C(1) + erf_of(x * C(kSqrt1_2)));
+// The form is a template argument: each kernel's loop then holds one form only
+// and the exact one (no library calls) vectorizes.
+template <Approx approx, class C>
+inline C gelu_of(C x) {
+  if constexpr (approx == Approx::None) return C(0.5) * x * (C(1) + erf_of(x * C(kSqrt1_2)));
   const C inner = C(kSqrt2OverPi) * (x + C(kGeluKappa) * x * x * x);
   return C(0.5) * x * (C(1) + std::tanh(inner));
 }
 
-template <class C>
-inline C gelu_grad(C g, C x, Approx approx) {
-  if (approx == Approx::None) {
+template <Approx approx, class C>
+inline C gelu_grad(C g, C x) {
+  if constexpr (approx == Approx::None) {
     const C cdf = C(0.5) * (C(1) + erf_of(x * C(kSqrt1_2)));
     const C pdf = C(kInvSqrt2Pi) * exp_of(C(-0.5) * x * x);
     return g * (cdf + x * pdf);
@@ -81,8 +83,10 @@ TFL_Error* kernel_tanh(const TFL_Kernel_Args* args) {
 
 TFL_Error* kernel_gelu(const TFL_Kernel_Args* args) {
   return run_kernel(args, kGelu, [&](Launch& L) {
-    const Approx approx = gelu_approximate(L, 1);
-    launch_float_unary(L, "gelu", [approx](auto x) { return gelu_of(x, approx); });
+    if (gelu_approximate(L, 1) == Approx::None)
+      launch_float_unary(L, "gelu", [](auto x) { return gelu_of<Approx::None>(x); });
+    else
+      launch_float_unary(L, "gelu", [](auto x) { return gelu_of<Approx::Tanh>(x); });
   });
 }
 
@@ -146,16 +150,20 @@ TFL_Error* kernel_tanh_backward(const TFL_Kernel_Args* args) {
 TFL_Error* kernel_gelu_backward(const TFL_Kernel_Args* args) {
   // gelu_backward(grad_output, self, *, approximate)
   return run_kernel(args, kGeluBackward, [&](Launch& L) {
-    const Approx approx = gelu_approximate(L, 2);
     // FLEMU_FAULT=gelu_backward_scaled: a gradient 2% too large.
     const double scale = L.faulty(Fault::kGeluBackwardScaled) ? 1.02 : 1.0;
-    if (scale == 1.0) {
-      launch_float_binary(L, "gelu_backward", [approx](auto g, auto x) { return gelu_grad(g, x, approx); });
-      return;
-    }
-    launch_float_binary(L, "gelu_backward", [approx, scale](auto g, auto x) {
-      return gelu_grad(g, x, approx) * static_cast<decltype(x)>(scale);
-    });
+    const auto launch = [&](auto form) {
+      constexpr Approx approx = decltype(form)::value;
+      if (scale == 1.0) {
+        launch_float_binary(L, "gelu_backward", [](auto g, auto x) { return gelu_grad<approx>(g, x); });
+        return;
+      }
+      launch_float_binary(L, "gelu_backward", [scale](auto g, auto x) {
+        return gelu_grad<approx>(g, x) * static_cast<decltype(x)>(scale);
+      });
+    };
+    if (gelu_approximate(L, 2) == Approx::None) launch(std::integral_constant<Approx, Approx::None>{});
+    else launch(std::integral_constant<Approx, Approx::Tanh>{});
   });
 }
 

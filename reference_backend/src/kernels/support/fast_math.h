@@ -16,15 +16,20 @@
 
 namespace flemu {
 
-inline float bits_to_float(int32_t bits) {
+inline __attribute__((always_inline)) float bits_to_float(int32_t bits) {
   float f;
   std::memcpy(&f, &bits, sizeof f);
   return f;
 }
 
-inline float exp_f32(float x) {
-  // Beyond these, expf is inf or 0 (-104 is below the smallest denormal).
-  const float xc = std::fmin(std::fmax(x, -104.0f), 88.8f);
+// Each is always inlined: a call in a loop stops the loop from vectorizing.
+inline __attribute__((always_inline)) float exp_f32(float x) {
+  // Beyond these, expf is inf or 0 (-104 is below the smallest denormal); NaN
+  // is replaced by 0 on the way and restored at the end. Plain selects, not
+  // fmin/fmax (library calls under IEEE rules), so the loop stays straight.
+  float xc = x < -104.0f ? -104.0f : x;
+  xc = xc > 88.8f ? 88.8f : xc;
+  xc = x != x ? 0.0f : xc;
   // n = round(x / ln 2), by the 1.5 * 2^23 trick (valid for |x / ln 2| < 2^22).
   const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   // r = x - n ln 2, with ln 2 split so the product is exact.
@@ -40,11 +45,13 @@ inline float exp_f32(float x) {
   const int32_t ni = static_cast<int32_t>(n);
   const int32_t half = ni / 2;
   const float s1 = bits_to_float((half + 127) << 23), s2 = bits_to_float((ni - half + 127) << 23);
-  const float out = y * s1 * s2;
-  return x != x ? x : x < -104.0f ? 0.0f : x > 88.8f ? HUGE_VALF : out;
+  float out = y * s1 * s2;
+  out = x < -104.0f ? 0.0f : out;
+  out = x > 88.8f ? HUGE_VALF : out;
+  return x != x ? x : out;
 }
 
-inline float erf_f32(float x) {
+inline __attribute__((always_inline)) float erf_f32(float x) {
   const float a = std::fabs(x);
   const float t = 1.0f / (1.0f + 0.3275911f * a);
   const float poly = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t +
@@ -66,12 +73,12 @@ inline float erf_f32(float x) {
 
 // The compute type's exp and erf: the vectorizable float32 forms above, libm for double.
 template <class C>
-inline C exp_of(C x) {
+inline __attribute__((always_inline)) C exp_of(C x) {
   if constexpr (std::is_same_v<C, float>) return exp_f32(x);
   else return std::exp(x);
 }
 template <class C>
-inline C erf_of(C x) {
+inline __attribute__((always_inline)) C erf_of(C x) {
   if constexpr (std::is_same_v<C, float>) return erf_f32(x);
   else return std::erf(x);
 }
