@@ -3,8 +3,10 @@
 A benchmark names its baseline with `benchmark.extra_info["baseline"] = "<test name>"`,
 or measures it itself, interleaved with its own rounds, and gives its median as
 `extra_info["baseline_median_s"]` with a label in "baseline"; after the run the
-ratios of medians are printed and written to .benchmarks/ratios.json. Nothing
-here fails on a time.
+ratios of medians are printed and written to .benchmarks/ratios.json. A
+figure that is not a ratio (a start-up time, host time per call) goes in
+`extra_info["figure"]` as one line with its target, printed before the ratios.
+Nothing here fails on a time.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # no
                 "ratio": medians[b.name] / base_s,
                 "target": b.extra_info.get("target"),
             })
+    figures = [(b.name, b.extra_info["figure"]) for b in session.benchmarks if b.extra_info.get("figure")]
+    if figures:
+        terminalreporter.section("figures against targets")
+        for name, text in figures:
+            terminalreporter.write_line(f"{name}: {text}")
     if not rows:
         return
     terminalreporter.section("ratios against same-run baselines")

@@ -120,4 +120,8 @@ def test_step_flemu(benchmark, name: str) -> None:
         issue.append(issued - start)
         full.append(done - start)
     _record(name, "host_issue_share", statistics.median(issue) / statistics.median(full))
-    benchmark.extra_info.update({k: v for k, v in _results[name].items()})
+    r = _results[name]
+    benchmark.extra_info.update(dict(r))
+    benchmark.extra_info["figure"] = (
+        f"bridge host time {r['bridge_us_per_native_call']:.1f} us per native call (target <= 1.5 us), "
+        f"{100 * r['bridge_share']:.1f}% of the step; host issue share {100 * r['host_issue_share']:.0f}%")
