@@ -23,22 +23,23 @@ def library() -> str:
 
 @pytest.fixture(scope="session")
 def build_program(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    """Builds tests/<name>.cpp (with abi_driver.h) once per session, warning-free."""
-    built: dict[str, Path] = {}
+    """Builds tests/<name>.cpp (with abi_driver.h, or a header of flemu's own)
+    once per session and per set of optimization flags, warning-free."""
+    built: dict[tuple[str, tuple[str, ...]], Path] = {}
 
-    def build(name: str) -> Path:
-        if name in built:
-            return built[name]
+    def build(name: str, optimize: tuple[str, ...] = ("-O1",)) -> Path:
+        if (name, optimize) in built:
+            return built[(name, optimize)]
         compiler = shutil.which("g++")
         if compiler is None:
             pytest.fail(f"g++ is needed to build tests/{name}.cpp")
         binary = tmp_path_factory.mktemp(name) / name
-        cmd = [compiler, "-std=c++17", "-O1", "-Wall", "-Wextra", f"-I{INCLUDE}", str(TESTS / f"{name}.cpp"),
+        cmd = [compiler, "-std=c++17", *optimize, "-Wall", "-Wextra", f"-I{INCLUDE}", str(TESTS / f"{name}.cpp"),
                "-o", str(binary), "-ldl", "-pthread"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         assert proc.returncode == 0, f"building {name} failed ({' '.join(cmd)}):\n{proc.stderr}"
         assert proc.stderr == "", f"{name} builds with warnings:\n{proc.stderr}"
-        built[name] = binary
+        built[(name, optimize)] = binary
         return binary
 
     return build
