@@ -103,30 +103,29 @@ template <class Ti, class To, Kind kind>
 void backward_block(const Ti* g, const Ti* y, To* gi, int64_t D, int64_t inner, sm_t<Ti>* acc, int64_t first_row,
                     bool drop_third) {
   using C = sm_t<Ti>;
+  // The summed term of element e, and its gradient given the row's sum s.
+  const auto term = [&](int64_t e) {
+    const C gv = static_cast<C>(g[e]);
+    return kind == Kind::Softmax ? gv * static_cast<C>(y[e]) : gv;
+  };
+  const auto grad = [&](int64_t e, C s) {
+    const C gv = static_cast<C>(g[e]), yv = static_cast<C>(y[e]);
+    gi[e] = convert<To>(kind == Kind::Softmax ? yv * (gv - s) : gv - exp_of(yv) * s);
+  };
   if (inner == 1 && !drop_third) {  // one row: straight loops over it, which vectorize
     C sum = 0;
-    for (int64_t j = 0; j < D; ++j)
-      sum += kind == Kind::Softmax ? static_cast<C>(g[j]) * static_cast<C>(y[j]) : static_cast<C>(g[j]);
-    for (int64_t j = 0; j < D; ++j) {
-      const C gv = static_cast<C>(g[j]), yv = static_cast<C>(y[j]);
-      gi[j] = convert<To>(kind == Kind::Softmax ? yv * (gv - sum) : gv - exp_of(yv) * sum);
-    }
+    for (int64_t j = 0; j < D; ++j) sum += term(j);
+    for (int64_t j = 0; j < D; ++j) grad(j, sum);
     return;
   }
   std::fill(acc, acc + inner, C(0));
   for (int64_t j = 0; j < D; ++j)
-    for (int64_t i = 0; i < inner; ++i) {
-      const C gv = static_cast<C>(g[j * inner + i]);
-      acc[i] += kind == Kind::Softmax ? gv * static_cast<C>(y[j * inner + i]) : gv;
-    }
+    for (int64_t i = 0; i < inner; ++i) acc[i] += term(j * inner + i);
   if (drop_third)
     for (int64_t i = 0; i < inner; ++i)
       if ((first_row + i) % 3 == 0) acc[i] = C(0);
   for (int64_t j = 0; j < D; ++j)
-    for (int64_t i = 0; i < inner; ++i) {
-      const C gv = static_cast<C>(g[j * inner + i]), yv = static_cast<C>(y[j * inner + i]);
-      gi[j * inner + i] = convert<To>(kind == Kind::Softmax ? yv * (gv - acc[i]) : gv - exp_of(yv) * acc[i]);
-    }
+    for (int64_t i = 0; i < inner; ++i) grad(j * inner + i, acc[i]);
 }
 
 void require_dense(const TensorArg& t, const char* op, const char* what) {

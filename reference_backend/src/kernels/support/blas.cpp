@@ -56,14 +56,9 @@ inline void call_gemm(const BlasOperand& A, const BlasOperand& B, blasint n, bla
 template <class T>
 bool blas_gemm_impl(int64_t n, int64_t m, int64_t k, T alpha, const T* a, int64_t a_rs, int64_t a_cs, const T* b,
                     int64_t b_rs, int64_t b_cs, T beta, T* c, int64_t ldc) {
-  if (!kernel_settings().blas) return false;
+  // An empty product only zeroes or keeps C: the callers' own paths do that.
+  if (!kernel_settings().blas || n == 0 || m == 0 || k == 0) return false;
   if (!fits(n) || !fits(m) || !fits(k) || !fits(ldc) || (n > 1 && ldc < m)) return false;
-  if (n == 0 || m == 0) return true;
-  if (k == 0) {  // BLAS would only scale C; do it here without reading C when beta == 0.
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < m; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
-    return true;
-  }
   const BlasOperand A = blas_operand(n, k, a_rs, a_cs), B = blas_operand(k, m, b_rs, b_cs);
   if (!A.ok || !B.ok) return false;
   init_once();

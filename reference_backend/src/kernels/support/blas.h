@@ -11,8 +11,9 @@ namespace flemu {
 
 // C[n x m] (row stride ldc, unit column stride) = alpha * A[n x k] * B[k x m]
 // + beta * C, with A and B read through element strides (rs, cs). beta == 0
-// never reads C. Returns false, having done nothing, when BLAS is switched off
-// or a layout has no BLAS form; the caller then computes it itself. Large
+// never reads C. Returns false, having done nothing, when BLAS is switched off,
+// a dimension is 0 or a layout has no BLAS form; the caller then computes it
+// itself. Large
 // products are split over flemu's thread pool (serially inside a parallel_for);
 // OpenBLAS itself runs one thread per call.
 bool blas_gemm(int64_t n, int64_t m, int64_t k, float alpha, const float* a, int64_t a_rs, int64_t a_cs,

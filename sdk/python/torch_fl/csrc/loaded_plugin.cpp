@@ -328,15 +328,11 @@ void Plugin::initialize(const std::map<std::string, std::string>& options) {
   args.num_options = keys.size();
   if (TFL_Error* err = api_->core->Plugin_Initialize(&args)) {
     auto [code, message] = consume(err);
-    if (code == TFL_ERR_UNAVAILABLE) {
-      throw LoadError(
-          LoadErrorKind::Unavailable,
-          "'" + path_ + "' is unavailable on this machine: " +
-              init_error_message(code, message));
-    }
+    const bool absent = code == TFL_ERR_UNAVAILABLE; // no hardware or driver here
     throw LoadError(
-        LoadErrorKind::InitializeFailed,
-        "'" + path_ + "' refused to initialize: " +
+        absent ? LoadErrorKind::Unavailable : LoadErrorKind::InitializeFailed,
+        "'" + path_ +
+            (absent ? "' is unavailable on this machine: " : "' refused to initialize: ") +
             init_error_message(code, message));
   }
 }
