@@ -4,6 +4,7 @@
 // `self` list. Each element is computed as PyTorch's per-tensor CPU kernel
 // computes it (same operation order, float for float16/bfloat16/float32), so
 // foreach and single-tensor optimizer steps agree to the last bit or two.
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -32,10 +33,14 @@ enum class Op {
 constexpr int kMaxOperands = 4;  // out, self, and up to two more lists
 
 // One tensor position of the lists: its operands' views.
+// One tensor of the lists: a dense item (every operand dense with one
+// layout) runs as a flat loop over its data pointers; any other keeps its
+// operands' layouts in the job's `layouts`.
 struct Item {
-  Strided ops[kMaxOperands];
-  double scalar = 0;  // the per-tensor scalar of the ScalarList overloads
-  bool fast = false;  // every operand dense with one layout: a flat loop
+  char* data[kMaxOperands] = {};
+  int64_t numel = 0;
+  double scalar = 0;    // the per-tensor scalar of the ScalarList overloads
+  int32_t layout = -1;  // index into ForeachJob::layouts; -1: dense
 };
 
 struct ForeachJob {
@@ -44,6 +49,7 @@ struct ForeachJob {
   int nops = 0;  // operands per item, out first
   double scalar = 0, alpha = 1;
   std::vector<Item> items;
+  std::vector<std::array<Strided, kMaxOperands>> layouts;
 };
 
 std::vector<const TFL_Tensor*> list_arg(const Launch& L, size_t i, const char* what) {
@@ -91,11 +97,11 @@ void run_item(const ForeachJob& j, const Item& it, int64_t begin, int64_t end) {
   using C = acc_t<T>;
   const C s = static_cast<C>(j.op == Op::DivScalarList || j.op == Op::AddcdivScalarList ? it.scalar : j.scalar);
   const C alpha = static_cast<C>(j.alpha);
-  if (it.fast) {
-    T* out = reinterpret_cast<T*>(it.ops[0].data);
-    const T* a = j.nops > 1 ? reinterpret_cast<const T*>(it.ops[1].data) : nullptr;
-    const T* b = j.nops > 2 ? reinterpret_cast<const T*>(it.ops[2].data) : nullptr;
-    const T* c = j.nops > 3 ? reinterpret_cast<const T*>(it.ops[3].data) : nullptr;
+  if (it.layout < 0) {
+    T* out = reinterpret_cast<T*>(it.data[0]);
+    const T* a = j.nops > 1 ? reinterpret_cast<const T*>(it.data[1]) : nullptr;
+    const T* b = j.nops > 2 ? reinterpret_cast<const T*>(it.data[2]) : nullptr;
+    const T* c = j.nops > 3 ? reinterpret_cast<const T*>(it.data[3]) : nullptr;
     for (int64_t i = begin; i < end; ++i) {
       const C av = a ? static_cast<C>(to_compute(a[i])) : C(0);
       const C bv = b ? static_cast<C>(to_compute(b[i])) : C(0);
@@ -104,8 +110,9 @@ void run_item(const ForeachJob& j, const Item& it, int64_t begin, int64_t end) {
     }
     return;
   }
-  Cursor cur[kMaxOperands] = {Cursor(it.ops[0], begin), Cursor(it.ops[j.nops > 1 ? 1 : 0], begin),
-                              Cursor(it.ops[j.nops > 2 ? 2 : 0], begin), Cursor(it.ops[j.nops > 3 ? 3 : 0], begin)};
+  const std::array<Strided, kMaxOperands>& ops = j.layouts[static_cast<size_t>(it.layout)];
+  Cursor cur[kMaxOperands] = {Cursor(ops[0], begin), Cursor(ops[j.nops > 1 ? 1 : 0], begin),
+                              Cursor(ops[j.nops > 2 ? 2 : 0], begin), Cursor(ops[j.nops > 3 ? 3 : 0], begin)};
   for (int64_t i = begin; i < end; ++i) {
     C v[kMaxOperands] = {};
     for (int k = 1; k < j.nops; ++k) v[k] = static_cast<C>(to_compute(*reinterpret_cast<const T*>(cur[k].ptr)));
@@ -123,8 +130,8 @@ void run_foreach(const ForeachJob& j) {
   };
   std::vector<Piece> pieces;
   for (size_t i = 0; i < j.items.size(); ++i)
-    for (int64_t b = 0; b < j.items[i].ops[0].numel; b += kChunk)
-      pieces.push_back({i, b, std::min(j.items[i].ops[0].numel, b + kChunk)});
+    for (int64_t b = 0; b < j.items[i].numel; b += kChunk)
+      pieces.push_back({i, b, std::min(j.items[i].numel, b + kChunk)});
   auto body = [&](int64_t p) {
     const Piece& pc = pieces[static_cast<size_t>(p)];
     run_item<T>(j, j.items[pc.item], pc.begin, pc.end);
@@ -160,6 +167,7 @@ void launch_foreach(const Launch& L, Op op, int extra_lists, size_t scalar_i, bo
   if (!in_place && L.num_outputs() != n) invalid_argument("expected ", n, " outputs, got ", L.num_outputs());
   j.nops = op == Op::Zero ? 1 : 2 + extra_lists;
   j.items.resize(n);
+  std::array<Strided, kMaxOperands> ops;
   for (size_t i = 0; i < n; ++i) {
     Item& it = j.items[i];
     const TensorArg self = L.tensor(lists[0][i], "self");
@@ -169,8 +177,8 @@ void launch_foreach(const Launch& L, Op op, int extra_lists, size_t scalar_i, bo
       fail(TFL_ERR_UNIMPLEMENTED, "the tensors of one list have different dtypes; flemu's _foreach_ kernels take one");
     const TensorArg out = in_place ? self : L.output(i, "out");
     if (out.dtype != j.dtype || out.numel != self.numel) invalid_argument("output ", i, " must be shaped like self[", i, "]");
-    it.ops[0] = strided(out, "out");
-    if (op != Op::Zero) it.ops[1] = strided(self, "self");
+    ops[0] = strided(out, "out");
+    if (op != Op::Zero) ops[1] = strided(self, "self");
     for (int k = 1; k <= extra_lists; ++k) {
       const TensorArg t = L.tensor(lists[static_cast<size_t>(k)][i], kNames[k]);
       if (t.dtype != j.dtype)
@@ -179,16 +187,24 @@ void launch_foreach(const Launch& L, Op op, int extra_lists, size_t scalar_i, bo
       bool same = t.ndim == self.ndim;
       for (int32_t d = 0; same && d < t.ndim; ++d) same = t.sizes[d] == self.sizes[d];
       if (!same) invalid_argument(kNames[k], "[", i, "] must have the shape of self[", i, "]");
-      it.ops[1 + k] = strided(t, kNames[k]);
+      ops[static_cast<size_t>(1 + k)] = strided(t, kNames[k]);
     }
-    it.fast = true;
-    for (int k = 0; k < j.nops; ++k) it.fast = it.fast && same_dense_layout(it.ops[k], it.ops[0]);
+    bool dense_item = true;
+    for (int k = 0; k < j.nops; ++k) {
+      it.data[k] = ops[static_cast<size_t>(k)].data;
+      dense_item = dense_item && same_dense_layout(ops[static_cast<size_t>(k)], ops[0]);
+    }
+    it.numel = out.numel;
+    if (!dense_item) {
+      it.layout = static_cast<int32_t>(j.layouts.size());
+      j.layouts.push_back(ops);
+    }
     if (scalar_list) it.scalar = scalars[i];
   }
   if (n == 0) return;
   dispatch_floating(j.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    L.enqueue([j] { run_foreach<T>(j); });
+    L.enqueue([j = std::move(j)] { run_foreach<T>(j); });
   });
 }
 
