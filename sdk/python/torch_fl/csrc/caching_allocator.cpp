@@ -144,13 +144,11 @@ class DeviceCache {
     update(stats_.active, small, +1);
     update(stats_.active_bytes, small, block->size);
     update(stats_.requested_bytes, small, nbytes);
-    live_[block->ptr] = block;
     return c10::DataPtr(block->ptr, block, &free_block_ctx, device());
   }
 
   void free(Block* block) {
     std::lock_guard<std::mutex> lock(mutex_);
-    live_.erase(block->ptr);
     block->allocated = false;
     const bool small = block->small;
     downdate(stats_.allocation, small, 1);
@@ -223,12 +221,12 @@ class DeviceCache {
 
   bool owns(const void* ptr) const {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = live_.upper_bound(static_cast<const char*>(ptr));
-    if (it == live_.begin()) {
+    auto it = segments_.upper_bound(static_cast<const char*>(ptr));
+    if (it == segments_.begin()) {
       return false;
     }
     --it;
-    return static_cast<const char*>(ptr) < it->first + it->second->size;
+    return static_cast<const char*>(ptr) < it->first + it->second;
   }
 
  private:
@@ -324,6 +322,7 @@ class DeviceCache {
     block->size = bytes;
     block->ptr = static_cast<char*>(ptr);
     block->small = small;
+    segments_.emplace(block->ptr, bytes);
     ++stats_.num_device_alloc;
     update(stats_.segment, small, 1);
     update(stats_.reserved_bytes, small, bytes);
@@ -455,6 +454,7 @@ class DeviceCache {
         args.device = device_;
         args.ptr = block->ptr;
         plugin.check(plugin.memory().Memory_Free(&args), "Memory_Free");
+        segments_.erase(block->ptr);
         ++stats_.num_device_free;
         downdate(stats_.segment, block->small, 1);
         downdate(stats_.reserved_bytes, block->small, block->size);
@@ -468,7 +468,7 @@ class DeviceCache {
   mutable std::mutex mutex_;
   Pool small_pool_;
   Pool large_pool_;
-  std::map<const char*, Block*> live_;
+  std::map<const char*, size_t> segments_; // base -> bytes of each segment reserved from the plugin
   std::deque<std::pair<TFL_Event*, Block*>> pending_;
   std::vector<TFL_Event*> spare_events_;
   DeviceStats stats_;

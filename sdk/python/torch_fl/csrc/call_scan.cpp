@@ -105,6 +105,8 @@ void scan_call(const Signature& sig, c10::ArrayRef<c10::IValue> args, CallShape&
         break;
       case ArgKind::TensorList: {
         const auto list = v.toTensorList();
+        // A header word and (dims + sizes + strides) per tensor, 2-d guessed.
+        key.words.reserve(key.words.size() + 1 + 5 * list.size());
         key.words.push_back(static_cast<int64_t>(list.size()));
         for (const at::Tensor& t : list) {
           scan_tensor(sig, t, info, key, call, promote);

@@ -231,6 +231,8 @@ void prepare_operands(
   const Signature& sig = *rules.sig;
   ops.variant = sig.variant;
   Builder b(rules, call, meta, ops);
+  ops.inputs.reserve(call.num_tensors);
+  ops.broadcast.reserve(call.num_tensors);
   // A derived in-place self is decided with the outputs (it is one of them).
   // In-place overloads that return nothing (_foreach_add_) write their
   // self list through the input descriptors instead.
