@@ -1,5 +1,7 @@
 #include "stream.h"
 
+#include <pthread.h>
+
 #include <chrono>
 
 #include "errors.h"
@@ -25,6 +27,14 @@ void cpu_relax() {
   asm volatile("yield" ::: "memory");
 #else
   std::this_thread::yield();
+#endif
+}
+
+void name_this_thread(const char* name) {
+#if defined(__linux__)
+  pthread_setname_np(pthread_self(), name);
+#else
+  (void)name;
 #endif
 }
 
@@ -71,6 +81,7 @@ uint64_t Stream::enqueue(std::unique_ptr<Task> task) {
 }
 
 void Stream::worker_loop() {
+  name_this_thread("flemu-stream");
   std::deque<std::unique_ptr<Task>> batch;
   uint64_t taken = 0;
   std::unique_lock<std::mutex> lock(mu_);

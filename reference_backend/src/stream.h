@@ -48,6 +48,10 @@ bool spin_until(Ready&& ready, int64_t spin_ns);
 
 void cpu_relax();
 
+// Names the calling thread ("flemu-stream", "flemu-pool"; at most 15
+// characters) as profilers, top and /proc/<pid>/task/*/comm show it.
+void name_this_thread(const char* name);
+
 class Stream : public std::enable_shared_from_this<Stream> {
  public:
   Stream(int32_t device, uint32_t id, uint32_t sanitize_us, uint64_t sanitize_seed);

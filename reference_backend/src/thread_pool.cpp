@@ -62,6 +62,7 @@ void ThreadPool::work_on(Job& job) {
 }
 
 void ThreadPool::helper_loop() {
+  name_this_thread("flemu-pool");
   uint64_t seen = 0;
   for (;;) {
     spin_until(

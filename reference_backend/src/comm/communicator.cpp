@@ -16,6 +16,7 @@
 #include "interrupt.h"
 #include "shm.h"
 #include "../errors.h"
+#include "../stream.h"  // name_this_thread
 
 namespace flemu::comm {
 
@@ -377,6 +378,7 @@ void Communicator::start_monitor() {
 }
 
 void Communicator::monitor_loop() {
+  name_this_thread("flemu-comm");
   const int n = static_cast<int>(control_.size());
   std::vector<Notice> partial(n);
   std::vector<size_t> got(n, 0);
