@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 import torch_fl
 
 N = 16
