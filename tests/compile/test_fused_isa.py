@@ -1,5 +1,5 @@
 """flemu builds its fused-region executor twice, for baseline x86-64 and for
-AVX2, and picks one by the CPU at run time (FLEMU_FUSED_ISA=baseline forces
+AVX2, and picks one by the CPU at run time (FLEMU_ISA=baseline forces
 the first). Neither build contracts multiplies and adds, so the two must give
 the same bits for every op of the region table, every compute type, strided
 and broadcast operands and regions large enough to split over threads; both
@@ -49,7 +49,7 @@ print(json.dumps(out))
 
 
 def _run(isa: str | None) -> dict[str, dict]:
-    env = {"FLEMU_FUSED_ISA": isa} if isa else {}
+    env = {"FLEMU_ISA": isa} if isa else {}
     proc = run_python(_REGIONS, env=env, timeout=300)
     return json.loads(assert_ok(proc).strip().splitlines()[-1])
 

@@ -1,6 +1,24 @@
 #include "loop.h"
 
+#include <cstdlib>
+#include <cstring>
+
+#include "isa.h"
+
 namespace flemu {
+
+bool use_avx2() {
+#if defined(FLEMU_AVX2_BUILDS)
+  static const bool yes = [] {
+    const char* isa = std::getenv("FLEMU_ISA");
+    if (isa != nullptr && std::strcmp(isa, "baseline") == 0) return false;
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return yes;
+#else
+  return false;
+#endif
+}
 
 LoopPlan make_loop(const TensorArg* const* operands, int nops, const char* const* names) {
   LoopPlan p;

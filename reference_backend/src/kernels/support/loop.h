@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "../../thread_pool.h"
+#include "isa.h"
 #include "launch.h"
 
 namespace flemu {
@@ -31,10 +32,10 @@ LoopPlan make_loop(const TensorArg* const* operands, int nops, const char* const
 
 inline int64_t loop_inner_size(const LoopPlan& p) { return p.sizes[p.ndim - 1]; }
 
-// Calls f(ptrs, inner_strides, n) for the runs that cover flattened
-// elements [begin, end) in loop order.
+namespace loop_detail {
+
 template <class F>
-void for_each_run(const LoopPlan& p, int64_t begin, int64_t end, F&& f) {
+[[gnu::always_inline]] inline void runs(const LoopPlan& p, int64_t begin, int64_t end, F& f) {
   if (begin >= end) return;
   const int inner = p.ndim - 1;
   const int64_t n = p.sizes[inner];
@@ -68,6 +69,31 @@ void for_each_run(const LoopPlan& p, int64_t begin, int64_t end, F&& f) {
       idx[d] = 0;
     }
   }
+}
+
+#if defined(FLEMU_AVX2_BUILDS)
+// The same loop with f inlined and vectorized for AVX2 (isa.h).
+template <class F>
+[[gnu::target("avx2"), gnu::noinline]] void runs_avx2(const LoopPlan& p, int64_t begin, int64_t end, F& f) {
+  runs(p, begin, end, f);
+}
+#endif
+
+}  // namespace loop_detail
+
+// Calls f(ptrs, inner_strides, n) for the runs that cover flattened
+// elements [begin, end) in loop order. f is inlined into the loop, once per
+// instruction set (isa.h): mark a lambda that holds the element loop
+// [[gnu::always_inline]] so its loop is vectorized for each.
+template <class F>
+void for_each_run(const LoopPlan& p, int64_t begin, int64_t end, F&& f) {
+#if defined(FLEMU_AVX2_BUILDS)
+  if (use_avx2()) {
+    loop_detail::runs_avx2(p, begin, end, f);
+    return;
+  }
+#endif
+  loop_detail::runs(p, begin, end, f);
 }
 
 // Elements below which a loop is not worth splitting across threads.

@@ -21,7 +21,7 @@ inline auto load(const char* p) {
 }
 
 template <class Out, class... In, class F, size_t... K>
-inline void run(char* const* ptr, const int64_t* st, int64_t n, F& f, std::index_sequence<K...>) {
+[[gnu::always_inline]] inline void run(char* const* ptr, const int64_t* st, int64_t n, F& f, std::index_sequence<K...>) {
   const bool dense = st[0] == static_cast<int64_t>(sizeof(Out)) &&
                      ((st[K + 1] == static_cast<int64_t>(sizeof(In))) && ...);
   if (dense) {
@@ -45,7 +45,7 @@ inline void run(char* const* ptr, const int64_t* st, int64_t n, F& f, std::index
 template <class Out, class... In, class F>
 void map_loop(const LoopPlan& plan, F f) {
   static_assert(sizeof...(In) + 1 <= kMaxOperands, "too many operands for a LoopPlan");
-  run_loop(plan, [&](char* const* ptr, const int64_t* st, int64_t n) {
+  run_loop(plan, [&](char* const* ptr, const int64_t* st, int64_t n) __attribute__((always_inline)) {
     map_loop_detail::run<Out, In...>(ptr, st, n, f, std::index_sequence_for<In...>{});
   });
 }
