@@ -13,10 +13,11 @@ namespace {
 
 template <class C>
 inline C sigmoid_of(C x) {
-  // exp of a non-positive argument only: no overflow for large |x|.
-  if (x >= C(0)) return C(1) / (C(1) + std::exp(-x));
-  const C e = std::exp(x);
-  return e / (C(1) + e);
+  // exp of a non-positive argument only: no overflow for large |x|. Both
+  // branches are computed and one selected, so the loop vectorizes.
+  const C e = exp_of(x >= C(0) ? -x : x);
+  const C pos = C(1) / (C(1) + e), neg = e / (C(1) + e);
+  return x >= C(0) ? pos : neg;
 }
 
 constexpr double kSqrt1_2 = 0.70710678118654752440;         // 1/sqrt(2)
