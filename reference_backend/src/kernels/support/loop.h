@@ -84,7 +84,8 @@ template <class F>
 // Calls f(ptrs, inner_strides, n) for the runs that cover flattened
 // elements [begin, end) in loop order. f is inlined into the loop, once per
 // instruction set (isa.h): mark a lambda that holds the element loop
-// [[gnu::always_inline]] so its loop is vectorized for each.
+// always_inline (__attribute__((always_inline)) after its parameters, as
+// map_loop does) so its element loop is vectorized for each.
 template <class F>
 void for_each_run(const LoopPlan& p, int64_t begin, int64_t end, F&& f) {
 #if defined(FLEMU_AVX2_BUILDS)
