@@ -153,6 +153,12 @@ const std::map<std::string, Setter>& setters() {
       {"FLEMU_FAULT",
        [](const std::string& k, const std::string& v, Config* c) { c->faults = parse_faults(k, v); }},
       {"FLEMU_BLAS", [](const std::string& k, const std::string& v, Config* c) { c->blas = parse_bool(k, v); }},
+      {"FLEMU_ISA",
+       [](const std::string& k, const std::string& v, Config* c) {
+         const std::string isa = lower(v);
+         if (isa != "auto" && isa != "baseline") bad_value(k, v, "auto or baseline");
+         c->baseline_isa = isa == "baseline";
+       }},
   };
   return table;
 }

@@ -32,7 +32,6 @@ enum class Op {
 
 constexpr int kMaxOperands = 4;  // out, self, and up to two more lists
 
-// One tensor position of the lists: its operands' views.
 // One tensor of the lists: a dense item (every operand dense with one
 // layout) runs as a flat loop over its data pointers; any other keeps its
 // operands' layouts in the job's `layouts`.

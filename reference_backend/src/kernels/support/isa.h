@@ -2,8 +2,9 @@
 // baseline x86-64 (SSE2: 4 floats a vector); its elementwise loops and its
 // fused-region executor are also built for AVX2 (8) and take that build when
 // the CPU has it. Neither build enables FMA or reassociates, so both round
-// every operation alike and give the same bits. FLEMU_ISA=baseline forces the
-// baseline build (the tests compare the two).
+// every operation alike and give the same bits. FLEMU_ISA=baseline (read at
+// Plugin_Initialize, config.cpp) forces the baseline build; the tests compare
+// the two.
 #ifndef FLEMU_KERNELS_SUPPORT_ISA_H_
 #define FLEMU_KERNELS_SUPPORT_ISA_H_
 
@@ -12,6 +13,9 @@
 #endif
 
 namespace flemu {
+
+// Whether this CPU runs the AVX2 builds (false where they are not built).
+bool cpu_has_avx2();
 
 // True when the AVX2 builds run: the CPU has AVX2 and FLEMU_ISA is not "baseline".
 bool use_avx2();

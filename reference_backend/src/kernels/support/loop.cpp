@@ -1,24 +1,18 @@
 #include "loop.h"
 
-#include <cstdlib>
-#include <cstring>
-
 #include "isa.h"
 
 namespace flemu {
 
-bool use_avx2() {
+bool cpu_has_avx2() {
 #if defined(FLEMU_AVX2_BUILDS)
-  static const bool yes = [] {
-    const char* isa = std::getenv("FLEMU_ISA");
-    if (isa != nullptr && std::strcmp(isa, "baseline") == 0) return false;
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return yes;
+  return __builtin_cpu_supports("avx2") != 0;
 #else
   return false;
 #endif
 }
+
+bool use_avx2() { return kernel_settings().avx2; }
 
 LoopPlan make_loop(const TensorArg* const* operands, int nops, const char* const* names) {
   LoopPlan p;
