@@ -19,7 +19,8 @@ bool Config::operator==(const Config& o) const {
          sanitize_seed_set == o.sanitize_seed_set && inject_error_op == o.inject_error_op &&
          inject_error_code == o.inject_error_code && inject_error_async == o.inject_error_async &&
          inject_crash_op == o.inject_crash_op && faults == o.faults &&
-         check_contracts == o.check_contracts && minimal_profile == o.minimal_profile && blas == o.blas;
+         check_contracts == o.check_contracts && minimal_profile == o.minimal_profile && blas == o.blas &&
+         dnnl == o.dnnl;
 }
 
 namespace {
@@ -153,6 +154,7 @@ const std::map<std::string, Setter>& setters() {
       {"FLEMU_FAULT",
        [](const std::string& k, const std::string& v, Config* c) { c->faults = parse_faults(k, v); }},
       {"FLEMU_BLAS", [](const std::string& k, const std::string& v, Config* c) { c->blas = parse_bool(k, v); }},
+      {"FLEMU_DNNL", [](const std::string& k, const std::string& v, Config* c) { c->dnnl = parse_bool(k, v); }},
       {"FLEMU_ISA",
        [](const std::string& k, const std::string& v, Config* c) {
          const std::string isa = lower(v);

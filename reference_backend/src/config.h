@@ -28,6 +28,7 @@ struct Config {
   bool check_contracts = false;  // kernels verify the host's promises; guard regions
   bool minimal_profile = false;  // FLEMU_PROFILE=minimal: a new vendor's first kernel set
   bool blas = true;              // FLEMU_BLAS=0: float GEMMs on flemu's own blocked GEMM, not OpenBLAS
+  bool dnnl = true;              // FLEMU_DNNL=0: float32 convolutions on flemu's im2col path, not oneDNN
   bool baseline_isa = false;     // FLEMU_ISA=baseline: vectorized loops on the baseline x86-64 build (isa.h)
 
   bool operator==(const Config& other) const;

@@ -11,11 +11,13 @@
 //   scatter: big    = col2im(W_g^T . small)         (conv bwd-input, transposed fwd)
 //   weight:  dW_g  += small . im2col(big)^T         (both weight gradients)
 // Samples are split over the thread pool; each chunk keeps its own scratch
-// and its own weight-gradient partial sum.
+// and its own weight-gradient partial sum. Float32 regular convolutions go to
+// oneDNN first (support/dnnl_conv.h); what it does not take runs here.
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "support/dnnl_conv.h"
 #include "support/gemm.h"
 #include "support/nn_common.h"
 #include "support/registry.h"
@@ -198,7 +200,48 @@ struct ConvWork {
   Strided grad_w;        // weight grad, if `weight`
   bool bias_grad = false;
   Strided grad_bias, bias_src;  // bias grad = sum over n and spatial of bias_src
+  bool transposed = false;
 };
+
+ConvParams conv_params(const ConvGeom& g) {
+  ConvParams p;
+  p.nd = g.nd;
+  p.groups = g.groups;
+  for (int32_t d = 0; d < g.nd; ++d) {
+    const int32_t at = 3 - g.nd + d;
+    p.stride[d] = g.stride[at];
+    p.pad[d] = g.pad[at];
+    p.dil[d] = g.dil[at];
+  }
+  return p;
+}
+
+template <class T, class C>
+void run_conv(const ConvWork& job);
+
+// The job on oneDNN, when it takes it: false (nothing written) otherwise.
+template <class T>
+bool run_dnnl(ConvWork job) {
+  if constexpr (!std::is_same_v<T, float>) {
+    return false;
+  } else {
+    if (job.transposed) return false;
+    const ConvParams p = conv_params(job.g);
+    if (!job.scatter && !job.weight)
+      return job.gather && !job.bias_grad &&
+             dnnl_conv_forward(p, job.big, job.w, job.has_bias ? &job.bias : nullptr, job.out_small);
+    // Backward of a regular convolution: big is the input, small grad_output.
+    const bool with_bias = job.bias_grad && job.weight;
+    if (!dnnl_conv_backward(p, job.small, job.big, job.w, job.scatter ? &job.out_big : nullptr,
+                            job.weight ? &job.grad_w : nullptr, with_bias ? &job.grad_bias : nullptr))
+      return false;
+    if (job.bias_grad && !with_bias) {
+      job.scatter = job.weight = false;
+      run_conv<float, float>(job);
+    }
+    return true;
+  }
+}
 
 // The weight as a dense [cs x rows] matrix in the compute type.
 template <class T, class C>
@@ -346,7 +389,9 @@ void run_conv(const ConvWork& job) {
 void enqueue_conv(const Launch& L, ConvWork job) {
   dispatch_floating(job.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    L.enqueue([job] { run_conv<T, acc_t<T>>(job); });
+    L.enqueue([job] {
+      if (!run_dnnl<T>(job)) run_conv<T, acc_t<T>>(job);
+    });
   });
 }
 
@@ -438,6 +483,7 @@ TFL_Error* kernel_convolution(const TFL_Kernel_Args* args) {
     ConvWork job;
     job.g = make_geom(L, input, weight, out, 3, 4, 5, transposed, 7, 8);
     job.dtype = input.dtype;
+    job.transposed = transposed;
     if (has_bias) {
       const int64_t want = transposed ? job.g.cb : job.g.cs;
       if (bias.ndim != 1 || bias.sizes[0] != want)
@@ -481,6 +527,7 @@ TFL_Error* kernel_convolution_backward(const TFL_Kernel_Args* args) {
     ConvWork job;
     job.g = make_geom(L, input, weight, grad, 4, 5, 6, transposed, 8, 9);
     job.dtype = input.dtype;
+    job.transposed = transposed;
     if (has_gi) require_floating_same(gi, input.dtype, "grad_input");
     if (has_gw) require_floating_same(gw, input.dtype, "grad_weight");
     if (has_gb) require_floating_same(gb, input.dtype, "grad_bias");

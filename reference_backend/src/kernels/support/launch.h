@@ -36,6 +36,7 @@ struct KernelSettings {
   bool strict = false;
   bool peer_access = true;
   bool blas = true;  // float GEMMs through OpenBLAS (support/blas.h)
+  bool dnnl = true;  // float32 convolutions through oneDNN (support/dnnl_conv.h)
   bool avx2 = false;  // vectorized loops on their AVX2 build (support/isa.h)
 };
 KernelSettings& kernel_settings();

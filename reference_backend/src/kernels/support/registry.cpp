@@ -105,6 +105,7 @@ void configure_kernels(const Config& cfg) {
   s.check_contracts = cfg.check_contracts;
   s.peer_access = cfg.peer_access;
   s.blas = cfg.blas;
+  s.dnnl = cfg.dnnl;
   s.avx2 = !cfg.baseline_isa && cpu_has_avx2();
 
   // Descriptors and contracts: the table, through the profile's filter.

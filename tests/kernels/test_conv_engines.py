@@ -1,0 +1,162 @@
+"""flemu's float32 convolutions run on oneDNN and keep flemu's own im2col path
+for the rest; both engines (FLEMU_DNNL=1, the default, and FLEMU_DNNL=0) must
+agree with the CPU on what maps differently onto a oneDNN primitive: grouped
+and depthwise weights, 1-d and 3-d, dilation, a stride whose output size drops
+input (negative right padding), channels-last and sliced operands, a strided
+bias, partial output masks (grad_input, grad_weight or grad_bias alone), and
+batches large enough to split over threads. oneDNN's own trace
+(ONEDNN_VERBOSE) shows which engine ran: only the flemu side computes in the
+subprocess, so every convolution it reports is flemu's."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from support import assert_ok, run_python
+
+# (name, input, weight, stride, padding, dilation, groups, layout); layout is
+# "contiguous", "channels_last" or "sliced" (every operand a strided view).
+CASES = [
+    ("resnet_3x3", (4, 16, 12, 12), (16, 16, 3, 3), 1, 1, 1, 1, "contiguous"),
+    ("stride2_drops_input", (2, 8, 8, 9), (12, 8, 3, 3), 2, 0, 1, 1, "contiguous"),
+    ("grouped_dilated", (2, 6, 11, 9), (9, 2, 3, 2), 1, 2, 2, 3, "contiguous"),
+    ("depthwise", (2, 8, 7, 7), (8, 1, 3, 3), 1, 1, 1, 8, "contiguous"),
+    ("pointwise", (3, 10, 5, 6), (7, 10, 1, 1), 1, 0, 1, 1, "contiguous"),
+    ("conv1d", (2, 5, 17), (4, 5, 5), 2, 2, 1, 1, "contiguous"),
+    ("conv3d", (2, 3, 5, 6, 4), (4, 3, 2, 3, 2), 1, 1, 1, 1, "contiguous"),
+    ("channels_last", (2, 8, 9, 9), (6, 8, 3, 3), 1, 1, 1, 1, "channels_last"),
+    ("sliced", (2, 8, 9, 9), (6, 8, 3, 3), 1, 1, 1, 1, "sliced"),
+    ("threaded_batch", (16, 32, 10, 10), (32, 32, 3, 3), 1, 1, 1, 1, "contiguous"),
+]
+
+MASKS = {"all": (True, True, True), "input": (True, False, False), "weight": (False, True, False),
+         "bias": (False, False, True)}
+
+_SCRIPT = r"""
+import json, os, torch, torch_fl
+cases, masks = json.loads(os.environ["CONV_CASES"]), json.loads(os.environ["CONV_MASKS"])
+results = {}
+def relayout(t, layout):
+    if layout == "channels_last" and t.dim() == 4:
+        return t.contiguous(memory_format=torch.channels_last)
+    if layout == "sliced":
+        return torch.stack([t, torch.full_like(t, float("nan"))], dim=-1)[..., 0]
+    return t
+for name, shape, wshape, stride, pad, dil, groups, layout in cases:
+    g = torch.Generator().manual_seed(len(name))
+    x = torch.randn(shape, generator=g)
+    w = torch.randn(wshape, generator=g) * 0.2
+    b = torch.randn(2 * wshape[0], generator=g)[::2]  # a strided bias
+    dev = [relayout(t.to("flemu"), layout) for t in (x, w)] + [b.to("flemu")]
+    y = torch.ops.aten.convolution(dev[0], dev[1], dev[2], [stride] * (len(shape) - 2), [pad] * (len(shape) - 2),
+                                   [dil] * (len(shape) - 2), False, [0] * (len(shape) - 2), groups)
+    grad = relayout(torch.randn(y.shape, generator=g).to("flemu"), layout)
+    results[name] = {"y": y.cpu()}
+    for mask_name, mask in masks.items():
+        grads = torch.ops.aten.convolution_backward(
+            grad, dev[0], dev[1], [wshape[0]], [stride] * (len(shape) - 2), [pad] * (len(shape) - 2),
+            [dil] * (len(shape) - 2), False, [0] * (len(shape) - 2), groups, list(mask))
+        results[name][mask_name] = [t.cpu() if t is not None else None for t in grads]
+torch.flemu.synchronize()
+torch.save(results, os.environ["CONV_OUT"])
+"""
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict:
+    # Float64 on the CPU: the same random draws (float64 randn draws differ from float32's).
+    results = {}
+    for name, shape, wshape, stride, pad, dil, groups, _layout in CASES:
+        g = torch.Generator().manual_seed(len(name))
+        x = torch.randn(shape, generator=g)
+        w = torch.randn(wshape, generator=g) * 0.2
+        b = torch.randn(2 * wshape[0], generator=g)[::2]
+        nd = len(shape) - 2
+        args = ([stride] * nd, [pad] * nd, [dil] * nd, False, [0] * nd, groups)
+        x, w, b = x.double(), w.double(), b.double()
+        y = torch.ops.aten.convolution(x, w, b, *args)
+        grad = torch.randn(y.shape, generator=g).double()
+        results[name] = {"y": y, "grads": torch.ops.aten.convolution_backward(
+            grad, x, w, [wshape[0]], *args, [True, True, True])}
+    return results
+
+
+@pytest.fixture(scope="module", params=["1", "0"], ids=["onednn", "im2col"])
+def engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict, str]:
+    out = tmp_path_factory.mktemp("conv") / "results.pt"
+    proc = run_python(_SCRIPT, env={
+        "FLEMU_DNNL": request.param, "ONEDNN_VERBOSE": "1", "TORCH_FL_FALLBACK": "error",
+        "CONV_CASES": json.dumps(CASES), "CONV_MASKS": json.dumps(MASKS), "CONV_OUT": str(out)})
+    stdout = assert_ok(proc)
+    return request.param, torch.load(Path(out)), stdout
+
+
+def _check(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4, msg=lambda m: f"{what}: {m}")
+
+
+@pytest.mark.parametrize("case", [c[0] for c in CASES])
+def test_engine_matches_the_cpu(engine: tuple[str, dict, str], reference: dict, case: str) -> None:
+    _, got, _ = engine
+    want = reference[case]
+    _check(got[case]["y"], want["y"], f"{case} forward")
+    for mask_name, mask in MASKS.items():
+        for i, (asked, what) in enumerate(zip(mask, ("grad_input", "grad_weight", "grad_bias"))):
+            value = got[case][mask_name][i]
+            if not asked:
+                assert value is None, f"{case} mask {mask_name}: {what} was not asked for"
+                continue
+            _check(value, want["grads"][i], f"{case} mask {mask_name} {what}")
+
+
+def test_the_engine_that_ran_is_the_one_asked_for(engine: tuple[str, dict, str]) -> None:
+    flag, _, stdout = engine
+    traced = [line for line in stdout.splitlines() if ",exec," in line and ",convolution," in line]
+    if flag == "0":
+        assert not traced, traced[:3]
+        return
+    # Every sample goes through one forward primitive, and for each of two masks
+    # through a backward-data and a backward-weights one (grad_bias alone stays
+    # on flemu's own reduction); a batch split over threads shows as smaller
+    # mini-batches ("mb<N>" in oneDNN's problem descriptor) that add up.
+    samples = {"forward": 0, "backward_data": 0, "backward_weights": 0}
+    for line in traced:
+        kind = next(k for k in samples if k in line)
+        samples[kind] += int(re.search(r"mb(\d+)", line).group(1))
+    batch = sum(c[1][0] for c in CASES)
+    assert samples == {"forward": batch, "backward_data": 2 * batch, "backward_weights": 2 * batch}, traced
+
+
+def test_onednn_starts_no_threads_of_its_own() -> None:
+    # oneDNN's OpenMP team beside PyTorch's would push libgomp past one thread
+    # per CPU, and libgomp then stops spin-waiting in every team: PyTorch's CPU
+    # operators ran 2.5x slower after a flemu convolution. flemu's pool splits
+    # the batch instead, so the process keeps the threads it had (a thread a
+    # flemu thread starts inherits its name).
+    proc = run_python("""
+import os, torch, torch_fl
+import torch.nn.functional as F
+def names():
+    return sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
+x = torch.randn(16, 32, 12, 12, device="flemu", requires_grad=True)
+w = torch.randn(32, 32, 3, 3, device="flemu", requires_grad=True)
+(x @ x.transpose(-1, -2)).sum().backward()
+torch.flemu.synchronize()
+before = names()
+for _ in range(3):
+    F.conv2d(x, w, padding=1).sum().backward()
+torch.flemu.synchronize()
+print(before == names(), before, names())
+""", env={"FLEMU_DNNL": "1"})
+    out = assert_ok(proc).strip().splitlines()[-1]
+    assert out.startswith("True"), out
+
+
+def test_a_malformed_switch_names_the_variable() -> None:
+    proc = run_python("import torch; torch.ones(1, device='flemu')", env={"FLEMU_DNNL": "sometimes"})
+    assert proc.returncode != 0
+    assert "FLEMU_DNNL" in proc.stderr and "sometimes" in proc.stderr, proc.stderr[-2000:]
