@@ -1,10 +1,14 @@
-"""flemu's float GEMMs run on OpenBLAS and keep its own blocked GEMM for what
-BLAS cannot express; both engines (FLEMU_BLAS=1, the default, and FLEMU_BLAS=0)
-must agree with the CPU on every operand layout that maps differently onto a
-BLAS call: row-major, transposed, row strides wider than a row, size-1
-dimensions with arbitrary strides, no unit stride at all (the blocked GEMM),
-an empty inner dimension, addmm's beta (0 must not read NaN in self) and
-strided outputs, and products large enough to split over the thread pool."""
+"""flemu's float32 GEMMs run on oneDNN's matmul, float64 ones (and float32
+with FLEMU_DNNL=0) on OpenBLAS, and flemu keeps its own blocked GEMM for what
+neither expresses (FLEMU_BLAS=0 too). Every engine must agree with the CPU on
+every operand layout that maps differently onto a library call: row-major,
+transposed, row strides wider than a row, size-1 dimensions with arbitrary
+strides, no unit stride at all (the blocked GEMM), an empty inner dimension,
+addmm's beta (0 must not read NaN in self) and alpha, strided outputs,
+batched products with transposed, broadcast (zero batch stride) and scaled
+operands, and products large enough to split over the thread pool, by rows,
+by columns or by batch. oneDNN's trace (ONEDNN_VERBOSE) shows which engine
+ran: only flemu computes in the subprocess."""
 
 from __future__ import annotations
 
@@ -49,20 +53,48 @@ torch.mm(a.to("flemu"), b.to("flemu"), out=out)
 errs["strided_out"] = float((out.cpu() - a @ b).abs().max())
 x, y = r(6, 8, 5).transpose(1, 2), r(6, 8, 4)
 errs["bmm_transposed"] = float((torch.bmm(x.to("flemu"), y.to("flemu")).cpu() - torch.bmm(x, y)).abs().max())
+x, y = r(1, 7, 5), r(4, 5, 3)  # x broadcast on the device: batch stride 0
+errs["bmm_broadcast_batch"] = float((torch.bmm(x.to("flemu").expand(4, 7, 5), y.to("flemu")).cpu()
+                                     - torch.bmm(x.expand(4, 7, 5), y)).abs().max())
+x, y, s = r(40, 64, 32), r(40, 32, 48), r(40, 64, 48)
+errs["bmm_split_over_threads"] = float((torch.bmm(x.to("flemu"), y.to("flemu")).cpu() - torch.bmm(x, y)).abs().max())
+errs["baddbmm_alpha"] = float((torch.baddbmm(s.to("flemu"), x.to("flemu"), y.to("flemu"), beta=0, alpha=3).cpu()
+                              - 3 * torch.bmm(x, y)).abs().max())
 print(json.dumps(errs))
 """
 
 
-@pytest.fixture(scope="module", params=["1", "0"], ids=["openblas", "blocked"])
-def errors(request: pytest.FixtureRequest) -> dict[str, float]:
-    proc = run_python(_CASES, env={"FLEMU_BLAS": request.param, "TORCH_FL_FALLBACK": "error"})
-    return json.loads(assert_ok(proc).strip().splitlines()[-1])
+ENGINES = {"onednn": {"FLEMU_DNNL": "1", "FLEMU_BLAS": "1"}, "openblas": {"FLEMU_DNNL": "0", "FLEMU_BLAS": "1"},
+           "blocked": {"FLEMU_DNNL": "0", "FLEMU_BLAS": "0"}}
+
+
+@pytest.fixture(scope="module", params=sorted(ENGINES))
+def engine(request: pytest.FixtureRequest) -> tuple[str, str]:
+    env = {**ENGINES[request.param], "ONEDNN_VERBOSE": "1", "TORCH_FL_FALLBACK": "error"}
+    return request.param, assert_ok(run_python(_CASES, env=env))
+
+
+@pytest.fixture(scope="module")
+def errors(engine: tuple[str, str]) -> dict[str, float]:
+    return json.loads(engine[1].strip().splitlines()[-1])
+
+
+def test_the_engine_that_ran_is_the_one_asked_for(engine: tuple[str, str]) -> None:
+    name, stdout = engine
+    traced = [line for line in stdout.splitlines() if ",exec," in line and ",matmul," in line]
+    if name != "onednn":
+        assert not traced, traced[:3]
+        return
+    # Every float32 case but the empty product and the broadcast batch (a
+    # zero batch stride) reaches oneDNN; large ones in one call per part.
+    assert len(traced) >= 13, traced
 
 
 @pytest.mark.parametrize("case", [
     "nn", "tn", "nt", "tt", "wide_rows", "row_vector_odd_stride", "column_vector", "no_unit_stride",
     "empty_inner", "split_over_threads", "split_by_columns", "float64", "addmm_beta0_nan",
-    "addmm_beta_alpha", "strided_out", "bmm_transposed",
+    "addmm_beta_alpha", "strided_out", "bmm_transposed", "bmm_broadcast_batch", "bmm_split_over_threads",
+    "baddbmm_alpha",
 ])
 def test_engine_matches_the_cpu(errors: dict[str, float], case: str) -> None:
     assert errors[case] <= 1e-4, f"{case}: max |flemu - cpu| = {errors[case]}"

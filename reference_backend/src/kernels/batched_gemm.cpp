@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../thread_pool.h"
+#include "support/dnnl_gemm.h"
 #include "support/elementwise_launch.h"
 #include "support/gemm.h"
 #include "support/registry.h"
@@ -45,6 +46,18 @@ void run_one(const BmmJob& j, int64_t e, std::vector<mm_t<T>>& scratch) {
   T* out = reinterpret_cast<T*>(j.out.data) + e * j.out.bs;
   const T* self = j.has_self ? reinterpret_cast<const T*>(j.self.data) + e * j.self.bs : nullptr;
   const C beta = static_cast<C>(j.beta), alpha = static_cast<C>(j.alpha);
+  if constexpr (std::is_same_v<T, C>) {
+    // Rows with unit column stride and no self (which may be the output
+    // itself, for baddbmm_): the product goes straight into the output.
+    if (!self && j.out.cs == 1 && (n == 1 || j.out.rs >= m)) {
+      const int64_t ldc = n == 1 ? std::max<int64_t>(m, 1) : j.out.rs;
+      gemm_compute(n, m, k, a, j.a.rs, j.a.cs, b, j.b.rs, j.b.cs, out, ldc, false);
+      if (alpha != C(1))
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t q = 0; q < m; ++q) out[i * ldc + q] *= alpha;
+      return;
+    }
+  }
 
   // Operands in the compute type: in place for float/double, widened copies otherwise.
   const C* ac;
@@ -85,6 +98,16 @@ void run_one(const BmmJob& j, int64_t e, std::vector<mm_t<T>>& scratch) {
 
 template <class T>
 void run_bmm(const BmmJob& j) {
+  if constexpr (std::is_same_v<T, float>) {
+    // No self (which may be the output itself, for baddbmm_): one batched
+    // oneDNN matmul writes the output.
+    if (!j.has_self && (j.out.cs == 1 || j.m == 1) &&
+        dnnl_gemm_batched(j.batch, j.n, j.m, j.k, static_cast<float>(j.alpha),
+                          reinterpret_cast<const float*>(j.a.data), j.a.bs, j.a.rs, j.a.cs,
+                          reinterpret_cast<const float*>(j.b.data), j.b.bs, j.b.rs, j.b.cs, 0.0f,
+                          reinterpret_cast<float*>(j.out.data), j.out.bs, j.out.rs))
+      return;
+  }
   if (j.n * j.m * j.k >= kSplitMatrixWork || j.batch == 1) {
     std::vector<mm_t<T>> scratch;
     for (int64_t e = 0; e < j.batch; ++e) run_one<T>(j, e, scratch);

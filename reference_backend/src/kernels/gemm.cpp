@@ -10,6 +10,7 @@
 #include "../thread_pool.h"
 #include "../tunables.h"
 #include "support/blas.h"
+#include "support/dnnl_gemm.h"
 #include "support/gemm.h"
 #include "support/launch.h"
 #include "support/registry.h"
@@ -197,6 +198,17 @@ void gemm_accumulate(int64_t n, int64_t m, int64_t k, const Mat& A, const Mat& B
   }
 }
 
+// A GEMM on a kernel library: float32 on oneDNN, then float32/float64 on
+// OpenBLAS; false (nothing done) when neither takes it.
+template <class C>
+bool library_gemm(int64_t n, int64_t m, int64_t k, C alpha, const C* a, int64_t a_rs, int64_t a_cs, const C* b,
+                  int64_t b_rs, int64_t b_cs, C beta, C* c, int64_t ldc) {
+  if constexpr (std::is_same_v<C, float>) {
+    if (dnnl_gemm(n, m, k, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, ldc)) return true;
+  }
+  return blas_gemm(n, m, k, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, ldc);
+}
+
 // Everything a GEMM task needs, copied out of the host descriptors.
 struct GemmJob {
   int64_t n = 0, m = 0, k = 0;
@@ -235,6 +247,13 @@ void run_gemm(const GemmJob& job) {
     cbuf = scratch_storage.data();
     ldc = m;
   }
+  if constexpr (std::is_same_v<T, C>) {
+    // No self: the library writes the product over whatever the output held.
+    if (direct && !job.has_self && job.k > 0 &&
+        library_gemm(n, m, job.k, static_cast<C>(job.alpha), reinterpret_cast<const C*>(job.a.data), job.a.rs,
+                     job.a.cs, reinterpret_cast<const C*>(job.b.data), job.b.rs, job.b.cs, C(0), cbuf, ldc))
+      return;
+  }
   // beta == 0 must not read self: NaN or Inf there does not propagate.
   const C beta = static_cast<C>(job.beta);
   for (int64_t i = 0; i < n; ++i) {
@@ -248,8 +267,8 @@ void run_gemm(const GemmJob& job) {
   if (job.k > 0) {
     const C alpha = static_cast<C>(job.alpha);
     if constexpr (std::is_same_v<T, C>) {
-      if (blas_gemm(n, m, job.k, alpha, reinterpret_cast<const C*>(job.a.data), job.a.rs, job.a.cs,
-                    reinterpret_cast<const C*>(job.b.data), job.b.rs, job.b.cs, C(1), cbuf, ldc)) {
+      if (library_gemm(n, m, job.k, alpha, reinterpret_cast<const C*>(job.a.data), job.a.rs, job.a.cs,
+                       reinterpret_cast<const C*>(job.b.data), job.b.rs, job.b.cs, C(1), cbuf, ldc)) {
         if (!direct) store_scratch<T>(job, cbuf);
         return;
       }
@@ -371,7 +390,7 @@ template <class C>
 void gemm_compute_impl(int64_t n, int64_t m, int64_t k, const C* a, int64_t a_rs, int64_t a_cs, const C* b,
                        int64_t b_rs, int64_t b_cs, C* c, int64_t ldc, bool accumulate) {
   if (n <= 0 || m <= 0) return;
-  if (blas_gemm(n, m, k, C(1), a, a_rs, a_cs, b, b_rs, b_cs, accumulate ? C(1) : C(0), c, ldc)) return;
+  if (library_gemm(n, m, k, C(1), a, a_rs, a_cs, b, b_rs, b_cs, accumulate ? C(1) : C(0), c, ldc)) return;
   if (!accumulate)
     for (int64_t i = 0; i < n; ++i) std::fill(c + i * ldc, c + i * ldc + m, C(0));
   if (k <= 0) return;

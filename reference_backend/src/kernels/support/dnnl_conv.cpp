@@ -1,29 +1,13 @@
 // dnnl_conv.h: convolution primitives from oneDNN, made once per geometry
-// and layout. flemu's pool runs them: a batch splits into equal sub-batches,
-// one per pool thread, each a single-threaded oneDNN call. (oneDNN's own
-// OpenMP threads would make the process hold more OpenMP threads than CPUs,
-// and libgomp then stops every team's spin-wait, PyTorch's CPU threads
-// included: CPU operators beside flemu ran 2.5x slower.)
-//
-// Primitives run in oneDNN's "user scratchpad" mode: every buffer a call needs
-// (reordered operands, scratchpad) belongs to the thread that runs it, so
-// two streams may run one cached primitive at once.
+// and layout (dnnl_support.h). A batch splits into equal sub-batches, one per
+// pool thread.
 #include "dnnl_conv.h"
 
-#include <omp.h>
-
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <mutex>
-#include <new>
-#include <string>
-#include <unordered_map>
-
-#include <oneapi/dnnl/dnnl.hpp>
 
 #include "../../thread_pool.h"
+#include "dnnl_support.h"
 #include "launch.h"
 
 namespace flemu {
@@ -31,17 +15,6 @@ namespace {
 
 using dnnl::memory;
 using Dims = memory::dims;
-
-dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
-dnnl::primitive_attr user_scratchpad() {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return attr;
-}
 
 memory::desc user_md(const Strided& t) {
   return memory::desc(Dims(t.sizes, t.sizes + t.ndim), memory::data_type::f32, Dims(t.strides, t.strides + t.ndim));
@@ -90,8 +63,8 @@ Operand make_operand(const memory::desc& user, const memory::desc& prim, bool in
   o.reorder = user != prim;
   if (o.reorder) {
     const auto attr = user_scratchpad();
-    const auto pd = input ? dnnl::reorder::primitive_desc(engine(), user, engine(), prim, attr)
-                          : dnnl::reorder::primitive_desc(engine(), prim, engine(), user, attr);
+    const auto pd = input ? dnnl::reorder::primitive_desc(dnnl_engine(), user, dnnl_engine(), prim, attr)
+                          : dnnl::reorder::primitive_desc(dnnl_engine(), prim, dnnl_engine(), user, attr);
     o.move = dnnl::reorder(pd);
     o.move_scratch = pd.scratchpad_desc();
   }
@@ -124,75 +97,25 @@ Strided samples(const Strided& t, int64_t n0, int64_t per) {
   return s;
 }
 
-// Buffers of the calling thread, one per slot, grown on demand and kept.
-class ThreadBuffers {
- public:
-  ~ThreadBuffers() {
-    for (Slot& s : slots_) std::free(s.ptr);
-  }
-  void* at(size_t slot, size_t bytes) {
-    Slot& s = slots_[slot];
-    if (s.bytes < bytes) {
-      std::free(s.ptr);
-      s.ptr = nullptr;
-      s.bytes = 0;
-      const size_t rounded = (bytes + 63) / 64 * 64;
-      s.ptr = std::aligned_alloc(64, rounded);
-      if (!s.ptr) throw std::bad_alloc();
-      s.bytes = rounded;
-    }
-    return s.ptr;
-  }
-
- private:
-  struct Slot {
-    void* ptr = nullptr;
-    size_t bytes = 0;
-  };
-  Slot slots_[16];
-};
-
-enum Slot : size_t {
-  kSrc, kWeight, kBias, kDst, kDiffDstData, kDiffDstWeights, kDiffWeight, kDiffBias, kScratch, kMoveScratch, kPartials
-};
-
-struct Exec {
-  dnnl::stream& stream;
-  ThreadBuffers& buffers;
-};
-
-// The calling thread's oneDNN stream and buffers. OpenMP's thread count is
-// per thread: one, so oneDNN never starts a team.
-Exec thread_exec() {
-  if (omp_get_max_threads() != 1) omp_set_num_threads(1);
-  thread_local dnnl::stream stream(engine());
-  thread_local ThreadBuffers buffers;
-  return {stream, buffers};
-}
-
-memory scratch_memory(const Exec& x, const memory::desc& md, size_t slot) {
-  return memory(md, engine(), md.get_size() ? x.buffers.at(slot, md.get_size()) : nullptr);
-}
-
 // The primitive-side memory of an input, reordered from the caller's data when needed.
-memory input(const Exec& x, const Operand& o, const void* data, size_t slot) {
-  memory user(o.user, engine(), const_cast<void*>(data));
+memory input(const Exec& x, const Operand& o, const void* data, DnnlSlot slot) {
+  memory user(o.user, dnnl_engine(), const_cast<void*>(data));
   if (!o.reorder) return user;
-  memory prim(o.prim, engine(), x.buffers.at(slot, o.prim.get_size()));
+  memory prim(o.prim, dnnl_engine(), x.buffers.at(slot, o.prim.get_size()));
   o.move.execute(x.stream, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, prim},
                             {DNNL_ARG_SCRATCHPAD, scratch_memory(x, o.move_scratch, kMoveScratch)}});
   return prim;
 }
 
 // Where the primitive writes an output: the caller's data, or a buffer that finish() reorders back.
-memory output(const Exec& x, const Operand& o, void* data, size_t slot) {
-  if (!o.reorder) return memory(o.user, engine(), data);
-  return memory(o.prim, engine(), x.buffers.at(slot, o.prim.get_size()));
+memory output(const Exec& x, const Operand& o, void* data, DnnlSlot slot) {
+  if (!o.reorder) return memory(o.user, dnnl_engine(), data);
+  return memory(o.prim, dnnl_engine(), x.buffers.at(slot, o.prim.get_size()));
 }
 
 void finish(const Exec& x, const Operand& o, const memory& prim, void* data) {
   if (!o.reorder) return;
-  o.move.execute(x.stream, {{DNNL_ARG_FROM, prim}, {DNNL_ARG_TO, memory(o.user, engine(), data)},
+  o.move.execute(x.stream, {{DNNL_ARG_FROM, prim}, {DNNL_ARG_TO, memory(o.user, dnnl_engine(), data)},
                             {DNNL_ARG_SCRATCHPAD, scratch_memory(x, o.move_scratch, kMoveScratch)}});
 }
 
@@ -233,62 +156,15 @@ struct Backward {
   Operand store_dw, store_db;         // partial sums: dense -> the caller's layout
 };
 
-// The key of a cached primitive: everything its creation read.
-class Key {
- public:
-  explicit Key(char kind) { s_.push_back(kind); }
-  void add(int64_t v) { s_.append(reinterpret_cast<const char*>(&v), sizeof v); }
-  void add(const ConvParams& p) {
-    add(p.nd);
-    add(p.groups);
-    for (int32_t d = 0; d < p.nd; ++d) {
-      add(p.stride[d]);
-      add(p.pad[d]);
-      add(p.dil[d]);
-    }
+void add_params(Key& key, const ConvParams& p) {
+  key.add(int64_t{p.nd});
+  key.add(p.groups);
+  for (int32_t d = 0; d < p.nd; ++d) {
+    key.add(p.stride[d]);
+    key.add(p.pad[d]);
+    key.add(p.dil[d]);
   }
-  void add(const Strided* t) {
-    if (!t) return add(-1);
-    add(t->ndim);
-    for (int32_t d = 0; d < t->ndim; ++d) {
-      add(t->sizes[d]);
-      add(t->strides[d]);
-    }
-  }
-  const std::string& str() const { return s_; }
-
- private:
-  std::string s_;
-};
-
-// Created primitives by key; a null entry records a case oneDNN refused.
-template <class Entry>
-class Cache {
- public:
-  template <class Make>
-  std::shared_ptr<const Entry> get(const std::string& key, Make&& make) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = map_.find(key);
-      if (it != map_.end()) return it->second;
-    }
-    std::shared_ptr<const Entry> made;
-    try {
-      made = std::make_shared<const Entry>(make());
-    } catch (const dnnl::error&) {
-      made = nullptr;  // unimplemented here, or a layout oneDNN does not describe
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (map_.size() >= kCapacity) map_.clear();
-    map_.emplace(key, made);
-    return made;
-  }
-
- private:
-  static constexpr size_t kCapacity = 512;
-  std::mutex mu_;
-  std::unordered_map<std::string, std::shared_ptr<const Entry>> map_;
-};
+}
 
 bool usable(const ConvParams& p, std::initializer_list<const Strided*> tensors) {
   if (!kernel_settings().dnnl || p.nd < 1 || p.nd > 3) return false;
@@ -303,7 +179,7 @@ Forward make_forward(const ConvParams& p, const Strided& src, const Strided& w, 
   const memory::desc s = user_md(src), wt = user_weight_md(w, p.groups), d = user_md(dst);
   const memory::desc b = bias ? dense_vector_md(bias->sizes[0]) : memory::desc();
   const dnnl::convolution_forward::primitive_desc pd(
-      engine(), dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, any_md(s), any_md(wt), b,
+      dnnl_engine(), dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, any_md(s), any_md(wt), b,
       any_md(d), g.strides, g.dilates, g.pad_l, g.pad_r, user_scratchpad());
   Forward f;
   f.conv = dnnl::convolution_forward(pd);
@@ -324,11 +200,11 @@ Backward make_backward(const ConvParams& p, const Strided& diff_dst, const Strid
   const memory::desc s = user_md(src), wt = user_weight_md(w, p.groups), dd = user_md(diff_dst);
   const memory::desc b = diff_b ? dense_vector_md(diff_b->sizes[0]) : memory::desc();
   const dnnl::convolution_forward::primitive_desc hint(
-      engine(), dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, any_md(s), any_md(wt), b,
+      dnnl_engine(), dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, any_md(s), any_md(wt), b,
       any_md(dd), g.strides, g.dilates, g.pad_l, g.pad_r, user_scratchpad());
   Backward bw;
   if (diff_src) {
-    const dnnl::convolution_backward_data::primitive_desc pd(engine(), dnnl::algorithm::convolution_direct,
+    const dnnl::convolution_backward_data::primitive_desc pd(dnnl_engine(), dnnl::algorithm::convolution_direct,
                                                              any_md(user_md(*diff_src)), any_md(wt), any_md(dd),
                                                              g.strides, g.dilates, g.pad_l, g.pad_r, hint,
                                                              user_scratchpad());
@@ -342,7 +218,7 @@ Backward make_backward(const ConvParams& p, const Strided& diff_dst, const Strid
   if (diff_w) {
     const memory::desc dw = user_weight_md(*diff_w, p.groups);
     const dnnl::convolution_backward_weights::primitive_desc pd(
-        engine(), dnnl::algorithm::convolution_direct, any_md(s), any_md(dw), b, any_md(dd), g.strides, g.dilates,
+        dnnl_engine(), dnnl::algorithm::convolution_direct, any_md(s), any_md(dw), b, any_md(dd), g.strides, g.dilates,
         g.pad_l, g.pad_r, hint, user_scratchpad());
     bw.weights = true;
     bw.partial = partial;
@@ -373,7 +249,7 @@ bool dnnl_conv_forward(const ConvParams& p, const Strided& src, const Strided& w
   const Exec x = thread_exec();
   static Cache<Forward> cache;
   Key key('f');
-  key.add(p);
+  add_params(key, p);
   for (const Strided* t : {&src0, &w, bias, &dst0}) key.add(t);
   const auto f = cache.get(key.str(), [&] { return make_forward(p, src0, w, bias, dst0); });
   if (!f) return false;
@@ -411,8 +287,8 @@ bool dnnl_conv_backward(const ConvParams& p, const Strided& diff_dst, const Stri
   const Exec x = thread_exec();  // before a primitive is made (see above)
   static Cache<Backward> cache;
   Key key('b');
-  key.add(p);
-  key.add(partial);
+  add_params(key, p);
+  key.add(int64_t{partial});
   for (const Strided* t : {&dd0, &src0, &w, diff_src ? &ds0 : nullptr, diff_w, diff_b}) key.add(t);
   const auto b = cache.get(key.str(), [&] {
     return make_backward(p, dd0, src0, w, diff_src ? &ds0 : nullptr, diff_w, diff_b, partial);
@@ -472,8 +348,8 @@ bool dnnl_conv_backward(const ConvParams& p, const Strided& diff_dst, const Stri
         std::memcpy(to, from, o.user.get_size());
         return;
       }
-      o.move.execute(x.stream, {{DNNL_ARG_FROM, memory(o.user, engine(), from)},
-                                {DNNL_ARG_TO, memory(o.prim, engine(), to)},
+      o.move.execute(x.stream, {{DNNL_ARG_FROM, memory(o.user, dnnl_engine(), from)},
+                                {DNNL_ARG_TO, memory(o.prim, dnnl_engine(), to)},
                                 {DNNL_ARG_SCRATCHPAD, scratch_memory(x, o.move_scratch, kMoveScratch)}});
     };
     store(b->store_dw, partials, diff_w->data);

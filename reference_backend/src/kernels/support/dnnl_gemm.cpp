@@ -1,0 +1,128 @@
+// dnnl_gemm.h: matmul primitives made once per shape, layout, alpha and beta
+// (dnnl_support.h), on the caller's own layouts (no reorders).
+#include "dnnl_gemm.h"
+
+#include <algorithm>
+
+#include "../../thread_pool.h"
+#include "dnnl_support.h"
+#include "launch.h"
+
+namespace flemu {
+namespace {
+
+using dnnl::memory;
+
+struct Gemm {
+  dnnl::matmul matmul;
+  memory::desc a, b, c, scratch;
+  bool scaled = false;
+};
+
+// A [batch x rows x cols] operand (2-d when batch is 1): a size-1
+// dimension's stride means nothing, and is given the value of a plain layout
+// so oneDNN sees one.
+memory::desc operand_md(int64_t batch, int64_t rows, int64_t cols, int64_t bs, int64_t rs, int64_t cs) {
+  if (rows == 1) rs = cs == 1 ? cols : 1;
+  if (cols == 1) cs = rs == 1 ? rows : 1;
+  if (batch == 1) return memory::desc({rows, cols}, memory::data_type::f32, {rs, cs});
+  return memory::desc({batch, rows, cols}, memory::data_type::f32, {bs, rs, cs});
+}
+
+// One product's shape and layout: what a primitive is made for.
+struct Problem {
+  int64_t batch, n, m, k, a_bs, a_rs, a_cs, b_bs, b_rs, b_cs, c_bs, ldc;
+};
+
+Gemm make_gemm(const Problem& p, bool scaled, float beta) {
+  Gemm g;
+  g.a = operand_md(p.batch, p.n, p.k, p.a_bs, p.a_rs, p.a_cs);
+  g.b = operand_md(p.batch, p.k, p.m, p.b_bs, p.b_rs, p.b_cs);
+  g.c = operand_md(p.batch, p.n, p.m, p.c_bs, p.ldc, 1);
+  g.scaled = scaled;
+  dnnl::primitive_attr attr = user_scratchpad();
+  if (scaled) attr.set_scales_mask(DNNL_ARG_SRC, 0);
+  if (beta != 0.0f) {
+    dnnl::post_ops ops;
+    ops.append_sum(beta);
+    attr.set_post_ops(ops);
+  }
+  const dnnl::matmul::primitive_desc pd(dnnl_engine(), g.a, g.b, g.c, attr);
+  g.matmul = dnnl::matmul(pd);
+  g.scratch = pd.scratchpad_desc();
+  return g;
+}
+
+std::shared_ptr<const Gemm> primitive(const Problem& p, bool scaled, float beta) {
+  static Cache<Gemm> cache;
+  Key key('g');
+  for (int64_t v : {p.batch, p.n, p.m, p.k, p.a_bs, p.a_rs, p.a_cs, p.b_bs, p.b_rs, p.b_cs, p.c_bs, p.ldc,
+                    int64_t{scaled}})
+    key.add(v);
+  key.add(static_cast<double>(beta));
+  return cache.get(key.str(), [&] { return make_gemm(p, scaled, beta); });
+}
+
+}  // namespace
+
+bool dnnl_gemm_batched(int64_t batch, int64_t n, int64_t m, int64_t k, float alpha, const float* a, int64_t a_bs,
+                       int64_t a_rs, int64_t a_cs, const float* b, int64_t b_bs, int64_t b_rs, int64_t b_cs,
+                       float beta, float* c, int64_t c_bs, int64_t ldc) {
+  if (!kernel_settings().dnnl || batch <= 0 || n <= 0 || m <= 0 || k <= 0) return false;
+  if (batch > 1 && (a_bs == 0 || b_bs == 0 || c_bs == 0)) return false;
+  if (n == 1) ldc = std::max(ldc, m);
+  if (ldc < m) return false;
+  // Parts, one per thread, of the batch or else of the output's longer side
+  // (in whole multiples of 16); a wake-up of the pool costs tens of
+  // microseconds, so only products that dwarf it are split.
+  ThreadPool& pool = ThreadPool::instance();
+  const int64_t threads = pool.parallelism();
+  const bool split = threads >= 2 && batch * n * m * k >= (int64_t{1} << 21);
+  enum { kBatch, kRows, kCols } axis = batch > 1 ? kBatch : (n >= m ? kRows : kCols);
+  const int64_t extent = axis == kBatch ? batch : (axis == kRows ? n : m);
+  int64_t part = extent;
+  if (split)
+    part = axis == kBatch ? (batch + threads - 1) / threads
+                          : std::min(extent, std::max<int64_t>(16, (extent + threads - 1) / threads + 15) / 16 * 16);
+  const int64_t parts = (extent + part - 1) / part, last = extent - (parts - 1) * part;
+
+  thread_exec();  // before a primitive is made (dnnl_support.h)
+  const bool scaled = alpha != 1.0f;
+  auto problem = [&](int64_t len) {
+    Problem p{batch, n, m, k, a_bs, a_rs, a_cs, b_bs, b_rs, b_cs, c_bs, ldc};
+    (axis == kBatch ? p.batch : (axis == kRows ? p.n : p.m)) = len;
+    return p;
+  };
+  const auto full = primitive(problem(part), scaled, beta);
+  const auto tail = last == part ? full : primitive(problem(last), scaled, beta);
+  if (!full || !tail) return false;
+
+  auto run = [&](int64_t i) {
+    const Exec y = thread_exec();
+    const Gemm& g = i == parts - 1 ? *tail : *full;
+    const int64_t lo = i * part;
+    const float* pa = a + (axis == kBatch ? lo * a_bs : (axis == kRows ? lo * a_rs : 0));
+    const float* pb = b + (axis == kBatch ? lo * b_bs : (axis == kCols ? lo * b_cs : 0));
+    float* pc = c + (axis == kBatch ? lo * c_bs : (axis == kRows ? lo * ldc : lo));
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, memory(g.a, dnnl_engine(), const_cast<float*>(pa))},
+        {DNNL_ARG_WEIGHTS, memory(g.b, dnnl_engine(), const_cast<float*>(pb))},
+        {DNNL_ARG_DST, memory(g.c, dnnl_engine(), pc)},
+        {DNNL_ARG_SCRATCHPAD, scratch_memory(y, g.scratch, kScratch)}};
+    if (g.scaled)
+      args.emplace(DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC,
+                   memory(memory::desc({1}, memory::data_type::f32, memory::format_tag::a), dnnl_engine(), &alpha));
+    g.matmul.execute(y.stream, args);
+    y.stream.wait();
+  };
+  if (parts > 1) pool.parallel_for(parts, run);
+  else run(0);
+  return true;
+}
+
+bool dnnl_gemm(int64_t n, int64_t m, int64_t k, float alpha, const float* a, int64_t a_rs, int64_t a_cs,
+               const float* b, int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc) {
+  return dnnl_gemm_batched(1, n, m, k, alpha, a, 0, a_rs, a_cs, b, 0, b_rs, b_cs, beta, c, 0, ldc);
+}
+
+}  // namespace flemu
