@@ -31,6 +31,10 @@ CASES = [
     ("channels_last", (2, 8, 9, 9), (6, 8, 3, 3), 1, 1, 1, 1, "channels_last"),
     ("sliced", (2, 8, 9, 9), (6, 8, 3, 3), 1, 1, 1, 1, "sliced"),
     ("threaded_batch", (16, 32, 10, 10), (32, 32, 3, 3), 1, 1, 1, 1, "contiguous"),
+    # Weights outweigh the activations: channels split (48 output channels: 32 + 16).
+    ("threaded_channels", (2, 64, 6, 6), (48, 64, 3, 3), 1, 1, 1, 1, "contiguous"),
+    # One sample: only channels can split.
+    ("threaded_batch1", (1, 32, 12, 12), (40, 32, 3, 3), 1, 1, 1, 1, "channels_last"),
 ]
 
 MASKS = {"all": (True, True, True), "input": (True, False, False), "weight": (False, True, False),
@@ -119,44 +123,18 @@ def test_the_engine_that_ran_is_the_one_asked_for(engine: tuple[str, dict, str])
     if flag == "0":
         assert not traced, traced[:3]
         return
-    # Every sample goes through one forward primitive, and for each of two masks
-    # through a backward-data and a backward-weights one (grad_bias alone stays
-    # on flemu's own reduction); a batch split over threads shows as smaller
-    # mini-batches ("mb<N>" in oneDNN's problem descriptor) that add up.
-    samples = {"forward": 0, "backward_data": 0, "backward_weights": 0}
+    # Every (sample, channel) of a pass's output is computed by exactly one
+    # primitive call: forward and backward-weights cover the output channels,
+    # backward-data the input channels, once per case and twice per case
+    # (two masks) for the backward passes (grad_bias alone stays on flemu's own
+    # reduction). A pass split over threads shows as smaller mini-batches or
+    # channel counts in oneDNN's problem descriptor ("mb8_ic32oc32_...").
+    covered = {"forward": 0, "backward_data": 0, "backward_weights": 0}
     for line in traced:
-        kind = next(k for k in samples if k in line)
-        samples[kind] += int(re.search(r"mb(\d+)", line).group(1))
-    batch = sum(c[1][0] for c in CASES)
-    assert samples == {"forward": batch, "backward_data": 2 * batch, "backward_weights": 2 * batch}, traced
-
-
-def test_onednn_starts_no_threads_of_its_own() -> None:
-    # oneDNN's OpenMP team beside PyTorch's would push libgomp past one thread
-    # per CPU, and libgomp then stops spin-waiting in every team: PyTorch's CPU
-    # operators ran 2.5x slower after a flemu convolution. flemu's pool splits
-    # the batch instead, so the process keeps the threads it had (a thread a
-    # flemu thread starts inherits its name).
-    proc = run_python("""
-import os, torch, torch_fl
-import torch.nn.functional as F
-def names():
-    return sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
-x = torch.randn(16, 32, 12, 12, device="flemu", requires_grad=True)
-w = torch.randn(32, 32, 3, 3, device="flemu", requires_grad=True)
-(x @ x.transpose(-1, -2)).sum().backward()
-torch.flemu.synchronize()
-before = names()
-for _ in range(3):
-    F.conv2d(x, w, padding=1).sum().backward()
-torch.flemu.synchronize()
-print(before == names(), before, names())
-""", env={"FLEMU_DNNL": "1"})
-    out = assert_ok(proc).strip().splitlines()[-1]
-    assert out.startswith("True"), out
-
-
-def test_a_malformed_switch_names_the_variable() -> None:
-    proc = run_python("import torch; torch.ones(1, device='flemu')", env={"FLEMU_DNNL": "sometimes"})
-    assert proc.returncode != 0
-    assert "FLEMU_DNNL" in proc.stderr and "sometimes" in proc.stderr, proc.stderr[-2000:]
+        kind = next(k for k in covered if k in line)
+        mb, ic, oc = (int(v) for v in re.search(r"mb(\d+)_(?:g\d+)?ic(\d+)oc(\d+)", line).groups())
+        covered[kind] += mb * (ic if kind == "backward_data" else oc)
+    out_channels = sum(c[1][0] * c[2][0] for c in CASES)
+    in_channels = sum(c[1][0] * c[1][1] for c in CASES)
+    assert covered == {"forward": out_channels, "backward_data": 2 * in_channels,
+                       "backward_weights": 2 * out_channels}, traced

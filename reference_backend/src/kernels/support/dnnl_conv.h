@@ -3,9 +3,9 @@
 //
 // The tensors keep the layout the caller gave (any strides); oneDNN picks
 // its own blocked layouts, and operands are reordered into and out of them.
-// Each call returns false, having written nothing, when oneDNN does not take
-// the case (FLEMU_DNNL=0, a layout it refuses): the caller then runs flemu's
-// own im2col path.
+// Each call returns false when oneDNN does not take the case (FLEMU_DNNL=0,
+// a layout it refuses): the caller then runs flemu's own im2col path, which
+// writes every output (the backward may have written grad_input already).
 #ifndef FLEMU_KERNELS_SUPPORT_DNNL_CONV_H_
 #define FLEMU_KERNELS_SUPPORT_DNNL_CONV_H_
 
