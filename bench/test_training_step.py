@@ -32,14 +32,13 @@ Reported (ratios of medians, and in .benchmarks/training_step.json):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import statistics
 import time
 from pathlib import Path
 from typing import Any
-
-import dataclasses
 
 import pytest
 import torch
