@@ -117,13 +117,18 @@ void run_parts(const Split& sp, Run&& run) {
   else run(0);
 }
 
+// The operand's reorder, in the direction it was made for.
+void move(const Exec& x, const Operand& o, const memory& from, const memory& to) {
+  o.move.execute(x.stream, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to},
+                            {DNNL_ARG_SCRATCHPAD, scratch_memory(x, o.move_scratch, kMoveScratch)}});
+}
+
 // The primitive-side memory of an input, reordered from the caller's data when needed.
 memory input(const Exec& x, const Operand& o, const void* data, DnnlSlot slot) {
   memory user(o.user, dnnl_engine(), const_cast<void*>(data));
   if (!o.reorder) return user;
   memory prim(o.prim, dnnl_engine(), x.buffers.at(slot, o.prim.get_size()));
-  o.move.execute(x.stream, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, prim},
-                            {DNNL_ARG_SCRATCHPAD, scratch_memory(x, o.move_scratch, kMoveScratch)}});
+  move(x, o, user, prim);
   return prim;
 }
 
@@ -134,9 +139,7 @@ memory output(const Exec& x, const Operand& o, void* data, DnnlSlot slot) {
 }
 
 void finish(const Exec& x, const Operand& o, const memory& prim, void* data) {
-  if (!o.reorder) return;
-  o.move.execute(x.stream, {{DNNL_ARG_FROM, prim}, {DNNL_ARG_TO, memory(o.user, dnnl_engine(), data)},
-                            {DNNL_ARG_SCRATCHPAD, scratch_memory(x, o.move_scratch, kMoveScratch)}});
+  if (o.reorder) move(x, o, prim, memory(o.user, dnnl_engine(), data));
 }
 
 struct Geometry {
@@ -378,13 +381,8 @@ bool backward_weights(const ConvParams& p, const Strided& diff_dst, const Stride
     for (int64_t i = 1; i < sp.parts; ++i)
       for (int64_t j = 0; j < block; ++j) partials[j] += partials[i * block + j];
     auto store = [&](const Operand& o, float* from, void* to) {
-      if (!o.reorder) {
-        std::memcpy(to, from, o.user.get_size());
-        return;
-      }
-      o.move.execute(x.stream, {{DNNL_ARG_FROM, memory(o.user, dnnl_engine(), from)},
-                                {DNNL_ARG_TO, memory(o.prim, dnnl_engine(), to)},
-                                {DNNL_ARG_SCRATCHPAD, scratch_memory(x, o.move_scratch, kMoveScratch)}});
+      if (o.reorder) move(x, o, memory(o.user, dnnl_engine(), from), memory(o.prim, dnnl_engine(), to));
+      else std::memcpy(to, from, o.user.get_size());
     };
     store(full->store_dw, partials, diff_w.data);
     if (full->bias) store(full->store_db, partials + w_numel, diff_b->data);
