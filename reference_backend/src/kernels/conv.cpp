@@ -219,7 +219,8 @@ ConvParams conv_params(const ConvGeom& g) {
 template <class T, class C>
 void run_conv(const ConvWork& job);
 
-// The job on oneDNN, when it takes it: false (nothing written) otherwise.
+// The job on oneDNN, when it takes it; false otherwise (the caller then
+// computes every output, grad_input included if oneDNN wrote it already).
 template <class T>
 bool run_dnnl(ConvWork job) {
   if constexpr (!std::is_same_v<T, float>) {
