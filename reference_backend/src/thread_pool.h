@@ -63,6 +63,12 @@ class ThreadPool {
   std::vector<std::thread> threads_;
 };
 
+// The size of each part when `extent` items split into one part per thread,
+// rounded up to a multiple of `align` (whole micro-tiles, channel blocks).
+inline int64_t part_size(int64_t extent, int64_t threads, int64_t align = 1) {
+  return ((extent + threads - 1) / threads + align - 1) / align * align;
+}
+
 }  // namespace flemu
 
 #endif  // FLEMU_THREAD_POOL_H_

@@ -75,7 +75,7 @@ bool blas_gemm_impl(int64_t n, int64_t m, int64_t k, T alpha, const T* a, int64_
   // multiples of 16 so every part keeps full micro-tiles.
   const bool by_rows = n >= m;
   const int64_t extent = by_rows ? n : m;
-  const int64_t part = std::max<int64_t>(16, (extent + threads - 1) / threads + 15) / 16 * 16;
+  const int64_t part = part_size(extent, threads, 16);
   const int64_t parts = (extent + part - 1) / part;
   // Element (i, j) of an operand sits at i * rs + j * cs.
   pool.parallel_for(parts, [&](int64_t p) {

@@ -104,8 +104,7 @@ Split split_pass(int64_t batch, int64_t channels, const Strided& w, const Stride
   if (!by_channels && batch < 2) return sp;
   sp.batch = !by_channels;
   const int64_t extent = sp.batch ? batch : channels;
-  sp.per = (extent + threads - 1) / threads;
-  if (!sp.batch) sp.per = (sp.per + 15) / 16 * 16;
+  sp.per = part_size(extent, threads, sp.batch ? 1 : 16);
   sp.parts = (extent + sp.per - 1) / sp.per;
   sp.last = extent - (sp.parts - 1) * sp.per;
   return sp;

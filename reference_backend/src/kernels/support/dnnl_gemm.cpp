@@ -82,8 +82,7 @@ bool dnnl_gemm_batched(int64_t batch, int64_t n, int64_t m, int64_t k, float alp
   const int64_t extent = axis == kBatch ? batch : (axis == kRows ? n : m);
   int64_t part = extent;
   if (split)
-    part = axis == kBatch ? (batch + threads - 1) / threads
-                          : std::min(extent, std::max<int64_t>(16, (extent + threads - 1) / threads + 15) / 16 * 16);
+    part = axis == kBatch ? part_size(batch, threads) : std::min(extent, part_size(extent, threads, 16));
   const int64_t parts = (extent + part - 1) / part, last = extent - (parts - 1) * part;
 
   thread_exec();  // before a primitive is made (dnnl_support.h)
