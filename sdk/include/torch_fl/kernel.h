@@ -22,6 +22,15 @@
  * returned Tensor[] is flattened). An `outputs` entry is NULL when the caller
  * did not ask for that result (e.g. a False entry of a backward op's
  * output_mask). A `Scalar[]` argument arrives as TFL_VALUE_DOUBLE_LIST.
+ * An operator's int (SymInt) returns are not outputs: the bridge takes them
+ * from the operator's meta function, and `outputs` holds only its tensors.
+ *
+ * Fused attention: a kernel for
+ * "aten::_scaled_dot_product_fused_attention_overrideable" (and, optionally,
+ * its _backward) makes F.scaled_dot_product_attention pick that op for 4-d
+ * inputs with equal head counts, dropout_p == 0 and a dtype the kernel
+ * declares; other calls, a missing backward and a declined call run the
+ * bridge's decomposition of the op on the device.
  *
  * Variants: a kernel registered for the functional overload also serves the
  * in-place and out= overloads with the same arguments (unless

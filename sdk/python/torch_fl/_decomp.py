@@ -110,7 +110,65 @@ def _gru_cell_backward(grad_hy: torch.Tensor, workspace: torch.Tensor,
     return grad_input_gates, grad_hidden_gates, grad_hx, None, None
 
 
+# Fused attention (csrc/sdp_choice.cpp picks it where the plugin has a kernel
+# for the forward): the reference semantics, for a backward the plugin lacks
+# and for calls its kernel declines. Computed in float32 (float64 for float64
+# inputs); a fully masked row attends to nothing (output 0, logsumexp -inf).
+def _attention_probs(q: torch.Tensor, k: torch.Tensor, attn_bias: torch.Tensor | None, is_causal: bool,
+                     scale: float | None, logsumexp: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor, float]:
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    s = scale if scale is not None else q.size(-1) ** -0.5
+    scores = torch.matmul(q.to(acc), k.to(acc).transpose(-2, -1)) * s
+    if is_causal:
+        keep = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    if attn_bias is not None:
+        scores = scores + attn_bias.to(acc)
+    lse = (torch.logsumexp(scores, -1) if logsumexp is None else logsumexp.to(acc)).unsqueeze(-1)
+    probs = torch.where(lse.isneginf(), 0.0, torch.exp(scores - lse))
+    return probs, lse.squeeze(-1), s
+
+
+def _fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     attn_bias: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
+                     return_debug_mask: bool = False, *, scale: float | None = None) -> tuple[Any, ...]:
+    if dropout_p != 0.0 or return_debug_mask:
+        raise RuntimeError(
+            "_scaled_dot_product_fused_attention_overrideable: the bridge's decomposition has no attention "
+            f"dropout or debug mask (dropout_p={dropout_p}, return_debug_mask={return_debug_mask}); "
+            "call F.scaled_dot_product_attention, which takes the math backend for dropout")
+    probs, lse, _ = _attention_probs(query, key, attn_bias, is_causal, scale)
+    out = torch.matmul(probs, value.to(probs.dtype)).to(query.dtype)
+    seed = torch.zeros((), dtype=torch.long, device=query.device)
+    return out, lse.float(), None, None, query.size(-2), key.size(-2), seed, seed.clone(), None
+
+
+def _fused_attention_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+                              value: torch.Tensor, attn_bias: torch.Tensor | None,
+                              grad_input_mask: list[bool], out: torch.Tensor, logsumexp: torch.Tensor,
+                              cum_seq_q: Any, cum_seq_k: Any, max_q: int, max_k: int, dropout_p: float,
+                              is_causal: bool, philox_seed: Any, philox_offset: Any, *,
+                              scale: float | None = None) -> tuple[torch.Tensor | None, ...]:
+    probs, _, s = _attention_probs(query, key, attn_bias, is_causal, scale, logsumexp)
+    go = grad_out.to(probs.dtype)
+    grad_v = torch.matmul(probs.transpose(-2, -1), go)
+    grad_p = torch.matmul(go, value.to(probs.dtype).transpose(-2, -1))
+    grad_s = probs * (grad_p - (go * out.to(probs.dtype)).sum(-1, keepdim=True))
+    grad_q = torch.matmul(grad_s, key.to(probs.dtype)) * s
+    grad_k = torch.matmul(grad_s.transpose(-2, -1), query.to(probs.dtype)) * s
+    grad_bias = None
+    if attn_bias is not None and grad_input_mask[3]:
+        grad_bias = grad_s.sum_to_size(attn_bias.shape).to(attn_bias.dtype)
+    return (grad_q.to(query.dtype) if grad_input_mask[0] else None,
+            grad_k.to(key.dtype) if grad_input_mask[1] else None,
+            grad_v.to(value.dtype) if grad_input_mask[2] else None,
+            grad_bias)
+
+
 DEVICE_ONLY: dict[str, Callable[..., Any]] = {
+    "aten::_scaled_dot_product_fused_attention_overrideable": _fused_attention,
+    "aten::_scaled_dot_product_fused_attention_overrideable_backward": _fused_attention_backward,
     "aten::_thnn_fused_lstm_cell": _lstm_cell,
     "aten::_thnn_fused_lstm_cell_backward_impl": _lstm_cell_backward,
     "aten::_thnn_fused_gru_cell": _gru_cell,

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/strides.h>
 
+#include <algorithm>
 #include <atomic>
 
 namespace torch_fl::bridge {
@@ -109,6 +110,8 @@ std::vector<OutSpec> specs_of(const torch::jit::Stack& results) {
   for (const c10::IValue& r : results) {
     if (r.isTensor()) {
       out.push_back(spec_of(r.toTensor()));
+    } else if (r.isNone()) {
+      out.push_back(spec_of(at::Tensor())); // a Python meta function's undefined tensor
     } else if (r.isTensorList()) {
       for (const at::Tensor& t : r.toTensorList()) {
         out.push_back(spec_of(t));
@@ -170,6 +173,29 @@ MetaEntry compute_meta(const MetaSource& src, const c10::OperatorHandle& op,
     return entry;
   }
   entry.outs = specs_of(stack);
+  if (sig.has_int_returns) {
+    for (const c10::IValue& r : stack) {
+      std::optional<int64_t> value;
+      if (r.isInt()) {
+        value = r.toInt();
+      } else if (r.isSymInt()) {
+        value = r.toSymInt().maybe_as_int();
+      } else {
+        continue;
+      }
+      if (!value.has_value()) {
+        entry.unavailable = true;
+        entry.reason = "its meta function returned a symbolic int";
+        return entry;
+      }
+      entry.ints.push_back(*value);
+    }
+    const auto wanted = std::count(sig.int_returns.begin(), sig.int_returns.end(), true);
+    if (static_cast<size_t>(wanted) != entry.ints.size()) {
+      entry.unavailable = true;
+      entry.reason = "its meta function did not return the schema's ints";
+    }
+  }
   return entry;
 }
 

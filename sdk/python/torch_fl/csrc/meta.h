@@ -35,6 +35,7 @@ struct OutSpec {
 
 struct MetaEntry {
   std::vector<OutSpec> outs;
+  std::vector<int64_t> ints; // the int returns, in order (Signature::int_returns)
   bool unavailable = false; // the call cannot be served natively: `reason` says why
   std::string reason;
 };

@@ -128,7 +128,7 @@ void NativeKernel::operator()(
     counter.add(Path::Failed, now_ns() - start - setup);
     throw;
   }
-  push_results(stack, nargs, ops);
+  push_results(stack, nargs, ops, *meta);
   counter.add(Path::Native, now_ns() - start - setup);
 }
 
@@ -198,10 +198,21 @@ bool NativeKernel::launch(
   return launched;
 }
 
-void NativeKernel::push_results(torch::jit::Stack* stack, size_t nargs, Operands& ops) const {
+void NativeKernel::push_results(
+    torch::jit::Stack* stack, size_t nargs, Operands& ops, const MetaEntry& meta) const {
   torch::jit::drop(*stack, nargs);
   if (sig_.variant == TFL_VARIANT_FUNCTIONAL) {
-    if (sig_.returns_list) {
+    if (sig_.has_int_returns) {
+      // Tensors from the kernel, ints from the meta function, in schema order.
+      size_t t = 0, i = 0;
+      for (bool is_int : sig_.int_returns) {
+        if (is_int) {
+          stack->emplace_back(meta.ints[i++]);
+        } else {
+          stack->emplace_back(std::move(ops.outputs[t++]));
+        }
+      }
+    } else if (sig_.returns_list) {
       c10::List<at::Tensor> list;
       for (const at::Tensor& t : ops.outputs) {
         list.push_back(t);

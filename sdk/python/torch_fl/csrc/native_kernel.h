@@ -66,7 +66,7 @@ class NativeKernel final : public c10::OperatorKernel {
   const char* why_not_native(const CallShape& call, const MetaEntry& meta) const;
   bool launch(c10::ArrayRef<c10::IValue> args, const CallShape& call, const Operands& ops,
               std::string* declined) const;
-  void push_results(torch::jit::Stack* stack, size_t nargs, Operands& ops) const;
+  void push_results(torch::jit::Stack* stack, size_t nargs, Operands& ops, const MetaEntry& meta) const;
 
   KernelSpec spec_;
   Signature sig_;

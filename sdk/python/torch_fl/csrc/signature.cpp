@@ -163,8 +163,17 @@ Signature analyze(const c10::FunctionSchema& schema) {
   }
   bool returns_alias = false;
   for (const c10::Argument& ret : returns) {
+    const c10::TypeKind kind = ret.real_type()->kind();
+    const bool int_return = kind == c10::TypeKind::IntType || kind == c10::TypeKind::SymIntType;
+    sig.int_returns.push_back(int_return);
+    sig.has_int_returns = sig.has_int_returns || int_return;
+    if (int_return) {
+      sig.return_args.push_back(-1);
+      continue;
+    }
     if (!is_tensor_type(ret.type()) && !is_tensor_list_type(ret.type())) {
-      note_unsupported(sig, "it returns " + ret.type()->str() + "; kernels can only produce tensors");
+      note_unsupported(
+          sig, "it returns " + ret.type()->str() + "; kernels can only produce tensors (and ints, from the meta function)");
     }
     const c10::AliasInfo* alias = ret.alias_info();
     if (alias != nullptr && !alias->isWrite()) {
@@ -180,6 +189,9 @@ Signature analyze(const c10::FunctionSchema& schema) {
       note_unsupported(sig, "a return aliases no argument");
     }
     sig.return_args.push_back(found);
+  }
+  if (sig.has_int_returns && (has_out || returns_alias || mutates)) {
+    note_unsupported(sig, "only functional overloads may return ints");
   }
   if (has_out) {
     sig.variant = TFL_VARIANT_OUT;

@@ -49,6 +49,10 @@ struct Signature {
   std::vector<ArgInfo> args;
   size_t num_returns = 0;
   std::vector<int> return_args; // per return: the argument it aliases, or -1
+  // Per return: an int (SymInt) the meta function computes, not a tensor the
+  // kernel writes (max_q of _scaled_dot_product_fused_attention_overrideable).
+  std::vector<bool> int_returns;
+  bool has_int_returns = false;
   bool returns_list = false;    // a single Tensor[] return
   int32_t variant = 0;          // TFL_KernelVariant
   bool has_tensor_input = false;
