@@ -94,6 +94,8 @@
   S("aten::masked_fill.Tensor", "aten::masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor") \
   S("aten::bmm", "aten::bmm(Tensor self, Tensor mat2) -> Tensor") \
   S("aten::baddbmm", "aten::baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor") \
+  S("aten::_scaled_dot_product_fused_attention_overrideable", "aten::_scaled_dot_product_fused_attention_overrideable(Tensor query, Tensor key, Tensor value, Tensor? attn_bias=None, float dropout_p=0., bool is_causal=False, bool return_debug_mask=False, *, float? scale=None) -> (Tensor output, Tensor logsumexp, Tensor cum_seq_q, Tensor cum_seq_k, SymInt max_q, SymInt max_k, Tensor philox_seed, Tensor philox_offset, Tensor debug_attn_mask)") \
+  S("aten::_scaled_dot_product_fused_attention_overrideable_backward", "aten::_scaled_dot_product_fused_attention_overrideable_backward(Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor attn_bias, bool[4] grad_input_mask, Tensor out, Tensor logsumexp, Tensor cum_seq_q, Tensor cum_seq_k, SymInt max_q, SymInt max_k, float dropout_p, bool is_causal, Tensor philox_seed, Tensor philox_offset, *, float? scale=None) -> (Tensor grad_query, Tensor grad_key, Tensor grad_value, Tensor grad_attn_bias)") \
   S("aten::_softmax", "aten::_softmax(Tensor self, int dim, bool half_to_float) -> Tensor") \
   S("aten::_log_softmax", "aten::_log_softmax(Tensor self, int dim, bool half_to_float) -> Tensor") \
   S("aten::_softmax_backward_data", "aten::_softmax_backward_data(Tensor grad_output, Tensor output, int dim, ScalarType input_dtype) -> Tensor") \

@@ -165,6 +165,10 @@ constexpr MinimalProfile kVendorCopy{true, 0, kAll};
   /* batched_gemm.cpp */ \
   X(kBmm, "aten::bmm", kernel_bmm, kFloats, 0, kFullOnly) \
   X(kBaddbmm, "aten::baddbmm", kernel_baddbmm, kFloats, 0, kFullOnly) \
+  /* attention.cpp */ \
+  X(kSdpaFused, "aten::_scaled_dot_product_fused_attention_overrideable", kernel_sdpa_fused, kFloats, 0, kFullOnly) \
+  X(kSdpaFusedBackward, "aten::_scaled_dot_product_fused_attention_overrideable_backward", kernel_sdpa_fused_backward, \
+    kFloats, 0, kFullOnly) \
   /* softmax.cpp */ \
   X(kSoftmax, "aten::_softmax", kernel_softmax, kFloats, kDense, kFullOnly) \
   X(kLogSoftmax, "aten::_log_softmax", kernel_log_softmax, kFloats, kDense, kFullOnly) \

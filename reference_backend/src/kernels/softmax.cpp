@@ -51,18 +51,46 @@ void parallel_units(int64_t n, int64_t cost, Fn&& fn) {
 
 enum class Kind { Softmax, LogSoftmax };
 
+// A row's max and sum in kLanes independent accumulators, so the loops
+// vectorize (one running value is a dependency chain of scalar maxss/addss).
+// The order of additions is fixed, so results are the same run to run.
+constexpr int64_t kLanes = 16;
+
+template <class C, class Load>
+C row_max(int64_t D, Load&& load) {
+  C lane[kLanes];
+  std::fill(lane, lane + kLanes, -std::numeric_limits<C>::infinity());
+  int64_t j = 0;
+  for (; j + kLanes <= D; j += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) lane[l] = std::max<C>(lane[l], load(j + l));
+  for (; j < D; ++j) lane[0] = std::max<C>(lane[0], load(j));
+  C mx = lane[0];
+  for (int64_t l = 1; l < kLanes; ++l) mx = std::max<C>(mx, lane[l]);
+  return mx;
+}
+
+template <class C, class Load>
+C row_sum(int64_t D, Load&& load) {
+  C lane[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= D; j += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) lane[l] += load(j + l);
+  for (; j < D; ++j) lane[0] += load(j);
+  C sum = 0;
+  for (int64_t l = 0; l < kLanes; ++l) sum += lane[l];
+  return sum;
+}
+
 // Forward over one [D, inner] block; acc has room for max(D, 2 * inner) values.
 template <class Ti, class To, Kind kind>
 void forward_block(const Ti* in, To* out, int64_t D, int64_t inner, sm_t<Ti>* acc) {
   using C = sm_t<Ti>;
   if (inner == 1) {
-    C mx = -std::numeric_limits<C>::infinity();
-    for (int64_t j = 0; j < D; ++j) mx = std::max<C>(mx, static_cast<C>(in[j]));
+    C mx = row_max<C>(D, [&](int64_t j) { return static_cast<C>(in[j]); });
     if (std::isinf(mx) && mx < 0) mx = 0;  // an all -inf row: exp gives 0, no NaN from inf - inf
     // The exponentials first (a loop that vectorizes), then their sum.
     for (int64_t j = 0; j < D; ++j) acc[j] = exp_of(static_cast<C>(in[j]) - mx);
-    C sum = 0;
-    for (int64_t j = 0; j < D; ++j) sum += acc[j];
+    const C sum = row_sum<C>(D, [&](int64_t j) { return acc[j]; });
     if constexpr (kind == Kind::Softmax) {
       const C inv = C(1) / sum;
       for (int64_t j = 0; j < D; ++j) out[j] = convert<To>(acc[j] * inv);
@@ -113,8 +141,7 @@ void backward_block(const Ti* g, const Ti* y, To* gi, int64_t D, int64_t inner, 
     gi[e] = convert<To>(kind == Kind::Softmax ? yv * (gv - s) : gv - exp_of(yv) * s);
   };
   if (inner == 1 && !drop_third) {  // one row: straight loops over it, which vectorize
-    C sum = 0;
-    for (int64_t j = 0; j < D; ++j) sum += term(j);
+    const C sum = row_sum<C>(D, term);
     for (int64_t j = 0; j < D; ++j) grad(j, sum);
     return;
   }

@@ -81,6 +81,15 @@ void accumulate(const ReducePlan& p, Acc* acc) {
         acc[a] = static_cast<Acc>(static_cast<uint64_t>(acc[a]) + static_cast<uint64_t>(s0) + static_cast<uint64_t>(s1) +
                                   static_cast<uint64_t>(s2) + static_cast<uint64_t>(s3));
       else acc[a] += (s0 + s1) + (s2 + s3);
+    } else if (is == static_cast<int64_t>(sizeof(T)) && as == 1) {
+      // A kept, dense inner run (x.sum(0) of a row-major x): a loop that vectorizes.
+      const T* src = reinterpret_cast<const T*>(in);
+      Acc* dst = acc + a;
+      for (int64_t i = 0; i < n; ++i) {
+        if constexpr (std::is_integral_v<Acc>)
+          dst[i] = static_cast<Acc>(static_cast<uint64_t>(dst[i]) + static_cast<uint64_t>(convert<Acc>(src[i])));
+        else dst[i] += convert<Acc>(src[i]);
+      }
     } else {
       const char* q = in;
       Acc* dst = acc + a;
