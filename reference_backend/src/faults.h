@@ -32,8 +32,10 @@
     "so it is wrong exactly when the output is self")                                                         \
   X(kGeluBackwardScaled, "gelu_backward_scaled", "aten::gelu_backward",                                       \
     "gelu_backward returns the gradient multiplied by 1.02")                                                  \
-  X(kSoftmaxBackwardWrong, "softmax_backward_wrong", "aten::_softmax_backward_data",                          \
-    "_softmax_backward_data drops the -sum(grad*out) term for one row in three")                              \
+  X(kSoftmaxBackwardWrong, "softmax_backward_wrong",                                                          \
+    "aten::_softmax_backward_data, aten::_scaled_dot_product_fused_attention_overrideable_backward",          \
+    "the softmax backward (_softmax_backward_data, and the fused attention backward's softmax step) drops "   \
+    "the -sum(grad*out) term for one row in three")                                                           \
   X(kFp64ComputedInFp32, "fp64_computed_in_fp32", "float64 elementwise kernels",                              \
     "float64 unary math and binary arithmetic compute in float32 and widen the result")                       \
   X(kExpLowPrecision, "exp_low_precision", "aten::exp",                                                       \

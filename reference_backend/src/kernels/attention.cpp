@@ -81,7 +81,8 @@ struct Attention {
   int64_t lse_stride[3] = {};
   int64_t B = 0, H = 0, Lq = 0, Lk = 0, E = 0, Ev = 0;
   bool has_bias = false, causal = false;
-  bool want_q = false, want_k = false, want_v = false, has_grad_bias = false;
+  bool want_q = false, want_k = false, want_v = false;
+  bool drop_third = false;  // FLEMU_FAULT=softmax_backward_wrong: rows 0, 3, 6, ... lose rowsum(dO * O)
   double scale = 1.0;
 };
 
@@ -245,6 +246,7 @@ void backward_head(const Attention& a, int64_t b, int64_t h, std::vector<acc_t<T
   for (int64_t i = 0; i < Lq; ++i) {
     C delta = 0;
     for (int64_t e = 0; e < Ev; ++e) delta += go[i * Ev + e] * o[i * Ev + e];
+    if (a.drop_third && i % 3 == 0) delta = 0;  // FLEMU_FAULT=softmax_backward_wrong
     C* ds = dp + i * Lk;
     const C* pr = p + i * Lk;
     for (int64_t j = 0; j < Lk; ++j) ds[j] = pr[j] * (ds[j] - delta);
@@ -364,6 +366,7 @@ TFL_Error* kernel_sdpa_fused_backward(const TFL_Kernel_Args* args) {
     if (mask.tag != TFL_VALUE_BOOL_LIST || mask.v.bools.size != 4) invalid_argument("grad_input_mask must be a list of 4 bools");
     Attention a;
     read_operands(L, &a, 1, 4, 13, 16, kBackwardOp);
+    a.drop_third = L.faulty(Fault::kSoftmaxBackwardWrong);
     if (mask.v.bools.data[3] != 0 && a.has_bias) decline(kBackwardOp, ": the gradient of attn_bias is not implemented");
     const int32_t dtype = L.input_tensor(1, "query").dtype;
     const TensorArg grad_out = L.input_tensor(0, "grad_out"), fwd_out = L.input_tensor(6, "out");
