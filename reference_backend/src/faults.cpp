@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <cstring>
 #include <mutex>
 
 #include "errors.h"
@@ -35,9 +34,18 @@ std::string catalogue() {
 
 const FaultInfo& fault_info(Fault f) { return kFaults[static_cast<int32_t>(f)]; }
 
-const char* fault_kernel(Fault f) {
-  const char* scope = fault_info(f).scope;
-  return std::strncmp(scope, "aten::", 6) == 0 ? scope : nullptr;
+std::vector<std::string> fault_kernels(Fault f) {
+  const std::string scope = fault_info(f).scope;
+  std::vector<std::string> kernels;
+  if (scope.compare(0, 6, "aten::") != 0) return kernels;
+  for (size_t begin = 0; begin < scope.size();) {
+    size_t end = scope.find(',', begin);
+    if (end == std::string::npos) end = scope.size();
+    const size_t first = scope.find_first_not_of(' ', begin);
+    kernels.push_back(scope.substr(first, end - first));
+    begin = end + 1;
+  }
+  return kernels;
 }
 
 FaultSet parse_faults(const std::string& key, const std::string& value) {

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 // clang-format off
 #define FLEMU_FAULTS(X)                                                                                       \
@@ -80,13 +81,13 @@ constexpr FaultSet fault_bit(Fault f) { return FaultSet{1} << static_cast<int32_
 struct FaultInfo {
   Fault id;
   const char* name;
-  const char* scope;  // "aten::..." for a kernel fault
+  const char* scope;  // "aten::a, aten::b" for a kernel fault: the kernels it changes
   const char* description;
 };
 
 const FaultInfo& fault_info(Fault f);
-// The kernel a fault changes, or nullptr when it acts elsewhere.
-const char* fault_kernel(Fault f);
+// The kernels a fault changes (its scope's names); empty when it acts elsewhere.
+std::vector<std::string> fault_kernels(Fault f);
 
 // Parses a comma-separated list of names. Throws TFL_ERR_INVALID_ARGUMENT for
 // an unknown or empty name, listing every fault with its description.

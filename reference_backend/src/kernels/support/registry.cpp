@@ -176,14 +176,16 @@ void configure_kernels(const Config& cfg) {
   for (int32_t f = 0; f < static_cast<int32_t>(Fault::kCount); ++f) {
     const Fault fault = static_cast<Fault>(f);
     if ((cfg.faults & fault_bit(fault)) == 0) continue;
-    if (const char* op = fault_kernel(fault)) {
+    const std::vector<std::string> ops = fault_kernels(fault);
+    for (const std::string& op : ops) {
       const int32_t id = kernel_id_by_name(op);
       if (id < 0) invalid_argument("FLEMU_FAULT=", fault_info(fault).name, " changes ", op, ", which is not a flemu kernel");
       if (!registered[static_cast<size_t>(id)])
         invalid_argument("FLEMU_FAULT=", fault_info(fault).name, " changes ", op,
                          ", which FLEMU_PROFILE=minimal does not register");
       s.kernel_faults[static_cast<size_t>(id)] |= fault_bit(fault);
-    } else if (fault == Fault::kFp64ComputedInFp32 || fault == Fault::kSeedIgnored) {
+    }
+    if (ops.empty() && (fault == Fault::kFp64ComputedInFp32 || fault == Fault::kSeedIgnored)) {
       // Faults of a class of kernels: the shared launch code decides where they act.
       for (FaultSet& k : s.kernel_faults) k |= fault_bit(fault);
     }
