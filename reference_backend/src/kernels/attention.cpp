@@ -24,6 +24,7 @@
 #include "support/gemm.h"
 #include "support/nn_common.h"
 #include "support/registry.h"
+#include "support/row_reduce.h"
 
 namespace flemu {
 namespace {
@@ -76,9 +77,10 @@ View4 broadcast_bias(const TensorArg& t, const int64_t (&shape)[4]) {
 // Everything a head needs, copied out of the launch for the enqueued work.
 struct Attention {
   View4 q, k, v, bias, out, grad_out, fwd_out;
-  View4 grad_q, grad_k, grad_v, grad_bias;  // backward outputs (grad_bias: zero-filled when present)
-  char* lse = nullptr;                     // [B, H, Lq] float32
+  View4 grad_q, grad_k, grad_v;  // backward outputs
+  char* lse = nullptr;          // [B, H, Lq] float32
   int64_t lse_stride[3] = {};
+  int32_t dtype = 0;  // of query, key, value (and bias)
   int64_t B = 0, H = 0, Lq = 0, Lk = 0, E = 0, Ev = 0;
   bool has_bias = false, causal = false;
   bool want_q = false, want_k = false, want_v = false;
@@ -185,16 +187,14 @@ void forward_head(const Attention& a, int64_t b, int64_t h, std::vector<acc_t<T>
   float* lse = lse_row(a, b, h);
   for (int64_t i = 0; i < a.Lq; ++i) {
     C* row = s + i * a.Lk;
-    C mx = -std::numeric_limits<C>::infinity();
-    for (int64_t j = 0; j < a.Lk; ++j) mx = std::max(mx, row[j]);
+    const C mx = row_max<C>(a.Lk, [&](int64_t j) { return row[j]; });
     if (std::isinf(mx) && mx < 0) {  // attends to nothing
       std::fill(row, row + a.Lk, C(0));
       lse[i * a.lse_stride[2]] = -std::numeric_limits<float>::infinity();
       continue;
     }
-    C sum = 0;
     for (int64_t j = 0; j < a.Lk; ++j) row[j] = exp_of(row[j] - mx);
-    for (int64_t j = 0; j < a.Lk; ++j) sum += row[j];
+    const C sum = row_sum<C>(a.Lk, [&](int64_t j) { return row[j]; });
     const C inv = C(1) / sum;
     for (int64_t j = 0; j < a.Lk; ++j) row[j] *= inv;
     lse[i * a.lse_stride[2]] = static_cast<float>(mx + std::log(sum));
@@ -244,8 +244,9 @@ void backward_head(const Attention& a, int64_t b, int64_t h, std::vector<acc_t<T
   if (!a.want_q && !a.want_k) return;
   head_gemm(Lq, Lk, Ev, go, Ev, int64_t{1}, vt, Lk, dp, Lk);  // dO V^T
   for (int64_t i = 0; i < Lq; ++i) {
-    C delta = 0;
-    for (int64_t e = 0; e < Ev; ++e) delta += go[i * Ev + e] * o[i * Ev + e];
+    const C* gr = go + i * Ev;
+    const C* orow = o + i * Ev;
+    C delta = row_sum<C>(Ev, [&](int64_t e) { return gr[e] * orow[e]; });
     if (a.drop_third && i % 3 == 0) delta = 0;  // FLEMU_FAULT=softmax_backward_wrong
     C* ds = dp + i * Lk;
     const C* pr = p + i * Lk;
@@ -296,6 +297,7 @@ void read_operands(const Launch& L, Attention* a, size_t q_at, size_t bias_at, s
   const TensorArg q = L.input_tensor(q_at, "query"), k = L.input_tensor(q_at + 1, "key"),
                   v = L.input_tensor(q_at + 2, "value");
   if (k.dtype != q.dtype || v.dtype != q.dtype) decline(op, ": query, key and value have different dtypes");
+  a->dtype = q.dtype;
   a->q = view4(q, op, "query");
   a->k = view4(k, op, "key");
   a->v = view4(v, op, "value");
@@ -343,14 +345,14 @@ TFL_Error* kernel_sdpa_fused(const TFL_Kernel_Args* args) {
     Attention a;
     read_operands(L, &a, 0, 3, 5, 7, kForwardOp);
     const TensorArg out = L.output(0, "output"), lse = L.output(1, "logsumexp");
-    if (out.dtype != L.input_tensor(0, "query").dtype) invalid_argument(kForwardOp, ": output must have the query's dtype");
+    if (out.dtype != a.dtype) invalid_argument(kForwardOp, ": output must have the query's dtype");
     a.out = output_like(out, a.q, a.Ev, kForwardOp, "output");
     read_lse(lse, &a, kForwardOp);
     fill_zero_i64(L, 4, "philox_seed");
     fill_zero_i64(L, 5, "philox_offset");
     if (a.B * a.H * a.Lq == 0) return;
     if (a.Lk == 0) decline(kForwardOp, ": an empty key sequence");
-    dispatch_floating(L.input_tensor(0, "query").dtype, [&](auto tag) {
+    dispatch_floating(a.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       L.enqueue([a] { for_each_head<T>(a, forward_head<T>); });
     });
@@ -368,7 +370,7 @@ TFL_Error* kernel_sdpa_fused_backward(const TFL_Kernel_Args* args) {
     read_operands(L, &a, 1, 4, 13, 16, kBackwardOp);
     a.drop_third = L.faulty(Fault::kSoftmaxBackwardWrong);
     if (mask.v.bools.data[3] != 0 && a.has_bias) decline(kBackwardOp, ": the gradient of attn_bias is not implemented");
-    const int32_t dtype = L.input_tensor(1, "query").dtype;
+    const int32_t dtype = a.dtype;
     const TensorArg grad_out = L.input_tensor(0, "grad_out"), fwd_out = L.input_tensor(6, "out");
     if (grad_out.dtype != dtype || fwd_out.dtype != dtype) decline(kBackwardOp, ": grad_out and out must have the query's dtype");
     a.grad_out = output_like(grad_out, a.q, a.Ev, kBackwardOp, "grad_out");

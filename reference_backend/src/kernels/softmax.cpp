@@ -12,6 +12,7 @@
 #include "support/elementwise_launch.h"
 #include "support/fast_math.h"
 #include "support/registry.h"
+#include "support/row_reduce.h"
 
 namespace flemu {
 namespace {
@@ -50,36 +51,6 @@ void parallel_units(int64_t n, int64_t cost, Fn&& fn) {
 }
 
 enum class Kind { Softmax, LogSoftmax };
-
-// A row's max and sum in kLanes independent accumulators, so the loops
-// vectorize (one running value is a dependency chain of scalar maxss/addss).
-// The order of additions is fixed, so results are the same run to run.
-constexpr int64_t kLanes = 16;
-
-template <class C, class Load>
-C row_max(int64_t D, Load&& load) {
-  C lane[kLanes];
-  std::fill(lane, lane + kLanes, -std::numeric_limits<C>::infinity());
-  int64_t j = 0;
-  for (; j + kLanes <= D; j += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) lane[l] = std::max<C>(lane[l], load(j + l));
-  for (; j < D; ++j) lane[0] = std::max<C>(lane[0], load(j));
-  C mx = lane[0];
-  for (int64_t l = 1; l < kLanes; ++l) mx = std::max<C>(mx, lane[l]);
-  return mx;
-}
-
-template <class C, class Load>
-C row_sum(int64_t D, Load&& load) {
-  C lane[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= D; j += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) lane[l] += load(j + l);
-  for (; j < D; ++j) lane[0] += load(j);
-  C sum = 0;
-  for (int64_t l = 0; l < kLanes; ++l) sum += lane[l];
-  return sum;
-}
 
 // Forward over one [D, inner] block; acc has room for max(D, 2 * inner) values.
 template <class Ti, class To, Kind kind>
