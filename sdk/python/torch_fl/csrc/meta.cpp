@@ -5,7 +5,6 @@
 #include <ATen/ATen.h>
 #include <c10/util/strides.h>
 
-#include <algorithm>
 #include <atomic>
 
 namespace torch_fl::bridge {
@@ -125,24 +124,27 @@ MetaEntry compute_meta(const MetaSource& src, const c10::OperatorHandle& op,
                        c10::ArrayRef<c10::IValue> args) {
   const Signature& sig = *src.sig;
   MetaEntry entry;
-  if (!src.output_like.empty()) {
-    for (int32_t idx : src.output_like) {
-      TORCH_CHECK(
-          idx >= 0 && static_cast<size_t>(idx) < args.size() && args[idx].isTensor(),
-          sig.name, ": output_like index ", idx, " does not name a tensor argument");
-      const at::Tensor& like = args[idx].toTensor();
-      entry.outs.push_back({like.scalar_type(), c10::DimVector(like.sizes()),
-                            c10::contiguous_strides(like.sizes())});
+  // The shortcuts describe tensors only; int returns need the meta function.
+  if (sig.num_int_returns == 0) {
+    if (!src.output_like.empty()) {
+      for (int32_t idx : src.output_like) {
+        TORCH_CHECK(
+            idx >= 0 && static_cast<size_t>(idx) < args.size() && args[idx].isTensor(),
+            sig.name, ": output_like index ", idx, " does not name a tensor argument");
+        const at::Tensor& like = args[idx].toTensor();
+        entry.outs.push_back({like.scalar_type(), c10::DimVector(like.sizes()),
+                              c10::contiguous_strides(like.sizes())});
+      }
+      return entry;
     }
-    return entry;
-  }
-  if (std::optional<std::vector<OutSpec>> ruled = rule_output_metadata(sig.name, args)) {
-    entry.outs = std::move(*ruled);
-    return entry;
-  }
-  if (!src.functional.has_value() && writes_only_self(sig, args)) {
-    entry.outs.push_back(spec_of(args[0].toTensor()));
-    return entry;
+    if (std::optional<std::vector<OutSpec>> ruled = rule_output_metadata(sig.name, args)) {
+      entry.outs = std::move(*ruled);
+      return entry;
+    }
+    if (!src.functional.has_value() && writes_only_self(sig, args)) {
+      entry.outs.push_back(spec_of(args[0].toTensor()));
+      return entry;
+    }
   }
   const c10::OperatorHandle& meta_op = src.functional.has_value() ? *src.functional : op;
   torch::jit::Stack stack;
@@ -173,7 +175,7 @@ MetaEntry compute_meta(const MetaSource& src, const c10::OperatorHandle& op,
     return entry;
   }
   entry.outs = specs_of(stack);
-  if (sig.has_int_returns) {
+  if (sig.num_int_returns > 0) {
     for (const c10::IValue& r : stack) {
       std::optional<int64_t> value;
       if (r.isInt()) {
@@ -190,8 +192,7 @@ MetaEntry compute_meta(const MetaSource& src, const c10::OperatorHandle& op,
       }
       entry.ints.push_back(*value);
     }
-    const auto wanted = std::count(sig.int_returns.begin(), sig.int_returns.end(), true);
-    if (static_cast<size_t>(wanted) != entry.ints.size()) {
+    if (entry.ints.size() != sig.num_int_returns) {
       entry.unavailable = true;
       entry.reason = "its meta function did not return the schema's ints";
     }

@@ -202,7 +202,7 @@ void NativeKernel::push_results(
     torch::jit::Stack* stack, size_t nargs, Operands& ops, const MetaEntry& meta) const {
   torch::jit::drop(*stack, nargs);
   if (sig_.variant == TFL_VARIANT_FUNCTIONAL) {
-    if (sig_.has_int_returns) {
+    if (sig_.num_int_returns > 0) {
       // Tensors from the kernel, ints from the meta function, in schema order.
       size_t t = 0, i = 0;
       for (bool is_int : sig_.int_returns) {

@@ -166,7 +166,7 @@ Signature analyze(const c10::FunctionSchema& schema) {
     const c10::TypeKind kind = ret.real_type()->kind();
     const bool int_return = kind == c10::TypeKind::IntType || kind == c10::TypeKind::SymIntType;
     sig.int_returns.push_back(int_return);
-    sig.has_int_returns = sig.has_int_returns || int_return;
+    sig.num_int_returns += int_return ? 1 : 0;
     if (int_return) {
       sig.return_args.push_back(-1);
       continue;
@@ -190,7 +190,7 @@ Signature analyze(const c10::FunctionSchema& schema) {
     }
     sig.return_args.push_back(found);
   }
-  if (sig.has_int_returns && (has_out || returns_alias || mutates)) {
+  if (sig.num_int_returns > 0 && (has_out || returns_alias || mutates)) {
     note_unsupported(sig, "only functional overloads may return ints");
   }
   if (has_out) {

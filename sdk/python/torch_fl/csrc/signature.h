@@ -52,7 +52,7 @@ struct Signature {
   // Per return: an int (SymInt) the meta function computes, not a tensor the
   // kernel writes (max_q of _scaled_dot_product_fused_attention_overrideable).
   std::vector<bool> int_returns;
-  bool has_int_returns = false;
+  size_t num_int_returns = 0;
   bool returns_list = false;    // a single Tensor[] return
   int32_t variant = 0;          // TFL_KernelVariant
   bool has_tensor_input = false;
