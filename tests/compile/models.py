@@ -1,7 +1,7 @@
 """The conformance zoo's models as graph-mode test cases.
 
 Dropout is switched off (p = 0) on both sides: eager and compiled runs draw
-their masks in different orders, and mask replay (zoo.dropout) works through
+their masks in different orders, and mask replay (zoo.tape) works through
 Python state Dynamo would trace into.
 
 Recurrent layers need Dynamo's own switch: without

@@ -214,7 +214,7 @@ def _ddp(r: Rank, steps: int) -> None:
     import torch.distributed as dist
 
     from torch_fl_conformance.zoo import get_model
-    from torch_fl_conformance.zoo.dropout import DropoutTape, dropout_tape
+    from torch_fl_conformance.zoo.tape import Tape, use_tape
 
     rank, world, dev, info = r.rank, r.world, r.device, r.rec.info
     spec = get_model("lstm_lm")
@@ -230,9 +230,9 @@ def _ddp(r: Rank, steps: int) -> None:
         inputs, target = spec.make_batch(step)
         per = target.shape[0] // world
         shard = slice(rank * per, (rank + 1) * per)
-        tape = DropoutTape("record")
+        tape = Tape()
         opt.zero_grad()
-        with dropout_tape(tape):
+        with use_tape(tape):
             loss = spec.loss_fn(
                 ddp_model, tuple(x[shard].to(dev) for x in inputs), target[shard].to(dev)
             )
@@ -248,7 +248,7 @@ def _ddp(r: Rank, steps: int) -> None:
             masks.append(torch.cat(parts).to(m.dtype))
         if rank == 0:
             ref_opt.zero_grad()
-            with dropout_tape(DropoutTape("replay", masks)):
+            with use_tape(tape.replay(masks=masks)):
                 ref_loss = spec.loss_fn(reference, inputs, target)
             ref_loss.backward()
             ref_opt.step()

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._spec import ModelSpec, Tolerances
-from .dropout import Dropout
+from .tape import Dropout
 
 __all__ = ["SPEC", "BertMLM"]
 

@@ -37,11 +37,15 @@ Elementwise checks are ``|device - cpu| <= atol + rtol * |cpu|``. The reported
 ``*_max_rel`` is the largest ``|device - cpu| / |cpu|`` over elements whose
 reference exceeds the absolute tolerance (smaller ones are judged by atol).
 
-Dropout: both copies draw different random numbers, so the zoo's ``Dropout``
-modules record their masks on the device (through the device's own
-``native_dropout``) and the CPU step replays them (see ``zoo.dropout``).
-Dropout inside fused ops (attention probabilities, between LSTM layers) is
-left out of the zoo models for the same reason.
+Decisions the two sides may take differently are taped (``zoo.tape``): both
+copies draw different random numbers, so the zoo's ``Dropout`` modules record
+their masks on the device (through the device's own ``native_dropout``) and
+the CPU step replays them; and a ReLU input within rounding of 0 may pass on
+one side and stop on the other, which changes every gradient below it, so
+the CPU step takes the device's side of each ReLU element where the two
+disagree and the CPU's input lies within ``forward_atol`` of 0 (anywhere else
+the CPU keeps its own). Dropout inside fused ops (attention probabilities,
+between LSTM layers) is left out of the zoo models for the same reason.
 
 Every operator call of the training loop is counted with
 ``torch_fl.op_stats_scope``; ``fallback_ops`` lists those that ran on the CPU
@@ -71,7 +75,7 @@ from torch import nn
 from torch.utils._pytree import tree_leaves, tree_map
 
 from ._spec import ModelSpec, Tolerances
-from .dropout import DropoutTape, dropout_tape
+from .tape import Tape, use_tape
 
 __all__ = ["ParityResult", "check_parity"]
 
@@ -196,13 +200,13 @@ def _train_step(
     model: nn.Module,
     opt: torch.optim.Optimizer,
     batch: tuple[tuple[Any, ...], Any],
-    tape: DropoutTape,
+    tape: Tape,
     output_sink: list[Any] | None,
 ) -> torch.Tensor:
     inputs, target = batch
     opt.zero_grad(set_to_none=True)
     capture = _capture_output(model, output_sink) if output_sink is not None else contextlib.nullcontext()
-    with dropout_tape(tape), capture:
+    with use_tape(tape), capture:
         loss = spec.loss_fn(model, inputs, target)
     loss.backward()
     opt.step()
@@ -308,7 +312,7 @@ def check_parity(
                     opt_state = copy.deepcopy(cpu_opt.state_dict())
                     out_dev: list[Any] = []
                     out_cpu: list[Any] = []
-                    tape = DropoutTape("record")
+                    tape = Tape()
                     _synchronize(dev)
                     start = time.perf_counter()
                     loss_d = _train_step(
@@ -321,7 +325,7 @@ def check_parity(
                         step_times.append(elapsed)
                     start = time.perf_counter()
                     loss_c = _train_step(
-                        spec, cpu_model, cpu_opt, batch, DropoutTape("replay", tape.masks),
+                        spec, cpu_model, cpu_opt, batch, tape.replay(tie_atol=tol.forward_atol),
                         out_cpu if first else None,
                     )
                     if not first or steps == 1:

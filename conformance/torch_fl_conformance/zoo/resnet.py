@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._spec import ModelSpec, Tolerances
+from .tape import relu
 
 __all__ = ["SPEC", "BasicBlock", "ResNet18"]
 
@@ -40,9 +41,9 @@ class BasicBlock(nn.Module):
             )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.relu(self.bn1(self.conv1(x)))
+        out = relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
-        return F.relu(out + self.shortcut(x))
+        return relu(out + self.shortcut(x))
 
 
 class ResNet18(nn.Module):
@@ -65,7 +66,7 @@ class ResNet18(nn.Module):
         self.fc = nn.Linear(in_planes, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.relu(self.bn1(self.conv1(x)))
+        out = relu(self.bn1(self.conv1(x)))
         out = self.layer4(self.layer3(self.layer2(self.layer1(out))))
         return self.fc(torch.flatten(self.pool(out), 1))
 
