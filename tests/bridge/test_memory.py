@@ -52,6 +52,48 @@ def test_small_allocations_share_segments() -> None:
     del xs
 
 
+def test_a_freed_block_serves_the_next_request_of_its_size() -> None:
+    x = torch.empty(3000, device="flemu")
+    ptr = x.data_ptr()
+    del x
+    other = torch.empty(100, device="flemu")  # another size does not take it
+    y = torch.empty(3000, device="flemu")
+    assert y.data_ptr() == ptr and other.data_ptr() != ptr
+
+
+def test_freed_small_blocks_merge_before_the_cache_grows() -> None:
+    # 32 blocks of 64 KiB fill one 2 MiB segment; freed, they wait in their
+    # size's bin. A 1 MiB request must find them merged, not a new segment.
+    torch.flemu.synchronize()
+    torch.flemu.empty_cache()
+    xs = [torch.empty(1 << 14, device="flemu") for _ in range(32)]
+    segments = torch.flemu.memory_stats()["segment.small_pool.current"]
+    del xs
+    big = torch.empty(1 << 18, device="flemu")  # 1 MiB, still the small pool
+    stats = torch.flemu.memory_stats()
+    assert stats["segment.small_pool.current"] == segments, stats
+    assert stats["active_bytes.small_pool.current"] == 1 << 20, stats
+    del big
+    stats = torch.flemu.memory_stats()
+    assert stats["active_bytes.small_pool.current"] == 0, stats
+    assert stats["inactive_split.small_pool.current"] == 0, stats  # whole again
+    torch.flemu.empty_cache()
+    assert torch.flemu.memory_stats()["segment.small_pool.current"] == 0
+
+
+def test_a_block_freed_on_one_stream_is_not_handed_to_another() -> None:
+    s = torch.flemu.Stream()
+    with torch.flemu.stream(s):
+        x = torch.empty(5000, device="flemu")
+    ptr = x.data_ptr()
+    del x
+    y = torch.empty(5000, device="flemu")  # default stream: s may still use ptr
+    with torch.flemu.stream(s):
+        z = torch.empty(5000, device="flemu")
+    assert y.data_ptr() != ptr and z.data_ptr() == ptr
+    torch.flemu.synchronize()
+
+
 def test_per_device_accounting() -> None:
     torch.flemu.empty_cache()
     before0 = torch.flemu.memory_allocated(0)

@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -66,11 +67,13 @@ struct Block {
   c10::StreamId stream = 0; // the stream it was allocated for
   size_t size = 0;
   size_t requested = 0;
+  size_t rounded = 0;  // the rounded request it serves (its bin while free)
   char* ptr = nullptr;
   Block* prev = nullptr; // neighbours inside one segment
   Block* next = nullptr;
   bool allocated = false;
   bool small = false;
+  bool binned = false; // free, waiting in its bin (not in a pool, not mergeable)
   int pending_events = 0;
   std::vector<c10::StreamId> stream_uses; // record_stream targets
 };
@@ -108,37 +111,22 @@ class DeviceCache {
     process_events();
     const size_t size = round_size(nbytes);
     const bool small = size <= kSmallSize;
-    Pool& pool = small ? small_pool_ : large_pool_;
-    Block key;
-    key.stream = stream;
-    key.size = size;
-    Block* block = nullptr;
-    auto it = pool.lower_bound(&key);
-    if (it != pool.end() && (*it)->stream == stream) {
-      block = *it;
-      pool.erase(it);
-    } else {
-      block = new_segment(size, nbytes, stream, small);
+    Block* block = take_binned(size, stream);
+    if (block == nullptr) {
+      block = take_from_pool(size, stream, small);
     }
-    const size_t remaining = block->size - size;
-    if (small ? remaining >= kMinBlockSize : remaining > kSmallSize) {
-      auto* rest = new Block();
-      rest->device = d;
-      rest->stream = stream;
-      rest->size = remaining;
-      rest->ptr = block->ptr + size;
-      rest->small = small;
-      rest->prev = block;
-      rest->next = block->next;
-      if (rest->next != nullptr) {
-        rest->next->prev = rest;
-      }
-      block->next = rest;
-      block->size = size;
-      pool.insert(rest);
+    if (block == nullptr && binned_ > 0) {
+      // Blocks waiting in bins of other sizes may merge into one that fits.
+      flush_bins();
+      block = take_from_pool(size, stream, small);
+    }
+    if (block == nullptr) {
+      block = new_segment(size, nbytes, stream, small);
+      split(block, size);
     }
     block->allocated = true;
     block->requested = nbytes;
+    block->rounded = size;
     update(stats_.allocation, small, +1);
     update(stats_.allocated_bytes, small, block->size);
     update(stats_.active, small, +1);
@@ -166,7 +154,17 @@ class DeviceCache {
       block->stream_uses.clear();
       return;
     }
-    release_to_pool(block);
+    if (plugin_gone()) {
+      release_to_pool(block);
+      return;
+    }
+    // Into the bin of its size: the next request of that size on its stream
+    // takes it back without searching or splitting the pool.
+    downdate(stats_.active, small, 1);
+    downdate(stats_.active_bytes, small, block->size);
+    block->binned = true;
+    bin_for(block->rounded, block->small).push_back(block);
+    ++binned_;
   }
 
   void record_stream(Block* block, c10::StreamId stream) {
@@ -189,6 +187,7 @@ class DeviceCache {
 
   DeviceStats stats() {
     std::lock_guard<std::mutex> lock(mutex_);
+    flush_bins();
     recount_inactive_split();
     return stats_;
   }
@@ -379,14 +378,116 @@ class DeviceCache {
         "use smaller batches. (plugin: ", last_oom_message_, ")");
   }
 
-  void release_to_pool(Block* block) {
+  std::vector<Block*>& bin_for(size_t rounded, bool small) {
+    return small ? small_bins_[rounded / kMinBlockSize] : large_bins_[rounded];
+  }
+
+  Block* take_binned(size_t size, c10::StreamId stream) {
+    if (binned_ == 0) {
+      return nullptr;
+    }
+    const bool small = size <= kSmallSize;
+    std::vector<Block*>* bin = nullptr;
+    if (small) {
+      bin = &small_bins_[size / kMinBlockSize];
+    } else {
+      auto it = large_bins_.find(size);
+      if (it == large_bins_.end()) {
+        return nullptr;
+      }
+      bin = &it->second;
+    }
+    for (size_t i = bin->size(); i-- > 0;) {
+      Block* block = (*bin)[i];
+      if (block->stream == stream) {
+        (*bin)[i] = bin->back();
+        bin->pop_back();
+        block->binned = false;
+        --binned_;
+        return block;
+      }
+    }
+    return nullptr;
+  }
+
+  // A free pool block of at least `size` for `stream`, split to size.
+  Block* take_from_pool(size_t size, c10::StreamId stream, bool small) {
+    Pool& pool = small ? small_pool_ : large_pool_;
+    Block key;
+    key.stream = stream;
+    key.size = size;
+    auto it = pool.lower_bound(&key);
+    if (it == pool.end() || (*it)->stream != stream) {
+      return nullptr;
+    }
+    Block* block = *it;
+    pool.erase(it);
+    split(block, size);
+    return block;
+  }
+
+  // Leaves `block` with `size` bytes; the rest, if worth keeping apart, becomes
+  // a free block of the pool.
+  void split(Block* block, size_t size) {
     const bool small = block->small;
-    downdate(stats_.active, small, 1);
-    downdate(stats_.active_bytes, small, block->size);
+    const size_t remaining = block->size - size;
+    if (!(small ? remaining >= kMinBlockSize : remaining > kSmallSize)) {
+      return;
+    }
+    auto* rest = new Block();
+    rest->device = device_;
+    rest->stream = block->stream;
+    rest->size = remaining;
+    rest->ptr = block->ptr + size;
+    rest->small = small;
+    rest->prev = block;
+    rest->next = block->next;
+    if (rest->next != nullptr) {
+      rest->next->prev = rest;
+    }
+    block->next = rest;
+    block->size = size;
+    (small ? small_pool_ : large_pool_).insert(rest);
+  }
+
+  // Every binned block back into its pool, merged with free neighbours.
+  void flush_bins() {
+    if (binned_ == 0) {
+      return;
+    }
+    // One at a time: a block still binned is no neighbour to merge with yet.
+    auto drain = [this](std::vector<Block*>& bin) {
+      for (Block* block : bin) {
+        block->binned = false;
+        return_to_pool(block);
+      }
+      bin.clear();
+    };
+    for (std::vector<Block*>& bin : small_bins_) {
+      if (!bin.empty()) {
+        drain(bin);
+      }
+    }
+    for (auto& [size, bin] : large_bins_) {
+      drain(bin);
+    }
+    large_bins_.clear();
+    binned_ = 0;
+  }
+
+  void release_to_pool(Block* block) {
+    downdate(stats_.active, block->small, 1);
+    downdate(stats_.active_bytes, block->small, block->size);
+    return_to_pool(block);
+  }
+
+  void return_to_pool(Block* block) {
+    const bool small = block->small;
     Pool& pool = small ? small_pool_ : large_pool_;
     // Merge with free neighbours of the same segment.
     for (Block* neighbour : {block->prev, block->next}) {
-      if (neighbour == nullptr || neighbour->allocated || neighbour->pending_events > 0) {
+      if (neighbour == nullptr || neighbour->allocated || neighbour->binned ||
+          neighbour->pending_events > 0) {
         continue;
       }
       pool.erase(neighbour);
@@ -441,6 +542,7 @@ class DeviceCache {
     }
     synchronize_device(device_);
     process_events();
+    flush_bins();
     Plugin& plugin = active_plugin();
     for (Pool* pool : {&small_pool_, &large_pool_}) {
       for (auto it = pool->begin(); it != pool->end();) {
@@ -468,6 +570,10 @@ class DeviceCache {
   mutable std::mutex mutex_;
   Pool small_pool_;
   Pool large_pool_;
+  // Free blocks by the rounded request they served (small: by size / 512).
+  std::array<std::vector<Block*>, kSmallSize / kMinBlockSize + 1> small_bins_;
+  std::unordered_map<size_t, std::vector<Block*>> large_bins_;
+  size_t binned_ = 0;
   std::map<const char*, size_t> segments_; // base -> bytes of each segment reserved from the plugin
   std::deque<std::pair<TFL_Event*, Block*>> pending_;
   std::vector<TFL_Event*> spare_events_;
