@@ -100,6 +100,22 @@ def batch_norm_channels_last(dev):
     bn = nn.BatchNorm2d(3).to(dev); x = torch.randn(2, 3, 4, 4).to(dev)
     y = bn(x.contiguous(memory_format=torch.channels_last))
     return torch.cat([y.flatten(), bn.running_mean, bn.running_var])
+# The bridge learns per call shape that a functional call's inputs go to the
+# kernel as given; a call of the same sizes with other strides, a broadcast
+# operand or another dtype must still get dense, broadcast and cast operands.
+@case
+def same_sizes_dense_then_transposed(dev):
+    a = torch.arange(12.).reshape(3, 4).to(dev); b = torch.arange(12.).reshape(4, 3).to(dev)
+    first = a * a; second = b.t() * b.t(); return torch.cat([first.flatten(), second.flatten()])
+@case
+def same_shape_then_broadcast_operand(dev):
+    a = torch.arange(6.).reshape(2, 3).to(dev)
+    x = a + a; y = a + torch.arange(3.).to(dev); return torch.cat([x.flatten(), y.flatten()])
+@case
+def same_shape_then_mixed_dtype(dev):
+    a = torch.arange(6.).reshape(2, 3).to(dev)
+    x = a - a; y = a - torch.arange(6, dtype=torch.long).reshape(2, 3).to(dev)
+    return torch.cat([x.flatten(), y.flatten()])
 @case
 def linear_backward_on_transposed(dev):
     torch.manual_seed(0)

@@ -1,6 +1,7 @@
 """How every operator call on the plugin's device ran: natively, decomposed into
 native parts, on the CPU fallback, or failed — per operator and dtype, with the
-host time spent and the bytes copied between host and device."""
+host time spent (and, of it, the time inside the plugin's kernel functions) and
+the bytes copied between host and device."""
 
 from __future__ import annotations
 
@@ -31,8 +32,14 @@ class OpStat:
     decomposed: int = 0
     cpu_fallback: int = 0
     failed: int = 0
-    time_ns: int = 0
+    time_ns: int = 0  # host time in the op path, the plugin's launches included
     bytes_copied: int = 0
+    plugin_time_ns: int = 0  # of time_ns, inside the plugin's kernel functions
+
+    @property
+    def bridge_time_ns(self) -> int:
+        """The bridge's own host time: time_ns less the plugin's launches."""
+        return self.time_ns - self.plugin_time_ns
 
     @property
     def calls(self) -> int:
@@ -49,7 +56,7 @@ class OpStat:
         )
 
 
-_COUNTS = ("native", "decomposed", "cpu_fallback", "failed", "time_ns", "bytes_copied")
+_COUNTS = ("native", "decomposed", "cpu_fallback", "failed", "time_ns", "bytes_copied", "plugin_time_ns")
 
 
 @dataclass(frozen=True)
@@ -113,15 +120,14 @@ class OpStatsTable:
             return "op stats: no operator ran on the device" + (
                 f"; {setup}" if self.setup_ns else "")
         ranked = sorted(self.rows, key=lambda r: (-r.time_ns, r.op, r.dtype))
-        header = ("op", "dtype", "native", "decomp", "cpu", "failed", "ms", "copied")
-        lines = [
-            (r.op, r.dtype, str(r.native), str(r.decomposed), str(r.cpu_fallback),
-             str(r.failed), f"{r.time_ns / 1e6:.3f}", _bytes(r.bytes_copied))
-            for r in ranked
-        ]
-        t = self.totals()
-        lines.append(("total", "", str(t.native), str(t.decomposed), str(t.cpu_fallback),
-                      str(t.failed), f"{t.time_ns / 1e6:.3f}", _bytes(t.bytes_copied)))
+        header = ("op", "dtype", "native", "decomp", "cpu", "failed", "ms", "in plugin", "copied")
+
+        def cells(r: OpStat, op: str, dtype: str) -> tuple[str, ...]:
+            return (op, dtype, str(r.native), str(r.decomposed), str(r.cpu_fallback), str(r.failed),
+                    f"{r.time_ns / 1e6:.3f}", f"{r.plugin_time_ns / 1e6:.3f}", _bytes(r.bytes_copied))
+
+        lines = [cells(r, r.op, r.dtype) for r in ranked]
+        lines.append(cells(self.totals(), "total", ""))
         widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
 
         def fmt(row: tuple[str, ...]) -> str:

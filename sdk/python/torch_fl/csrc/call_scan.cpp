@@ -39,8 +39,7 @@ void scan_tensor(
     const at::Tensor& t,
     const ArgInfo& info,
     MetaKey& key,
-    CallShape& call,
-    at::native::ResultTypeState& promote) {
+    CallShape& call) {
   if (!t.defined()) {
     key.words.push_back(-1);
     return;
@@ -66,9 +65,55 @@ void scan_tensor(
       (impl->is_wrapped_number() ? 512 : 0) | (static_cast<int64_t>(sizes.size()) << 16));
   key.words.append(sizes.begin(), sizes.end());
   key.words.append(strides.begin(), strides.end());
-  if (!info.out) {
-    promote = at::native::update_result_type_state(t, promote);
+}
+
+// Each tensor the common dtype is promoted over, in schema order.
+template <typename Fn>
+void for_each_input_tensor(const Signature& sig, c10::ArrayRef<c10::IValue> args, Fn&& fn) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const ArgInfo& info = sig.args[i];
+    const c10::IValue& v = args[i];
+    if (info.out || v.isNone()) {
+      continue;
+    }
+    if (info.kind == ArgKind::Tensor) {
+      fn(v.toTensor());
+    } else if (info.kind == ArgKind::TensorList) {
+      for (const at::Tensor& t : v.toTensorList()) {
+        fn(t);
+      }
+    } else if (info.kind == ArgKind::OptionalTensorList) {
+      for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+        if (t.has_value()) {
+          fn(*t);
+        }
+      }
+    }
   }
+}
+
+// The key words of the tensor lists in a call, counted up front: a fused
+// optimizer passes hundreds of tensors, and growing the key list by list
+// would copy it again for each.
+size_t list_key_words(const Signature& sig, c10::ArrayRef<c10::IValue> args) {
+  size_t words = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const ArgKind kind = sig.args[i].kind;
+    if (args[i].isNone() || (kind != ArgKind::TensorList && kind != ArgKind::OptionalTensorList)) {
+      continue;
+    }
+    ++words;
+    if (kind == ArgKind::TensorList) {
+      for (const at::Tensor& t : args[i].toTensorList()) {
+        words += t.defined() ? 1 + 2 * static_cast<size_t>(t.dim()) : 1;
+      }
+    } else {
+      for (const std::optional<at::Tensor>& t : args[i].toOptionalTensorList()) {
+        words += t.has_value() && t->defined() ? 1 + 2 * static_cast<size_t>(t->dim()) : 1;
+      }
+    }
+  }
+  return words;
 }
 
 } // namespace
@@ -89,8 +134,23 @@ double double_of(const c10::IValue& v) {
   return v.isSymFloat() ? v.toSymFloat().guard_float(__FILE__, __LINE__) : v.toDouble();
 }
 
-void scan_call(const Signature& sig, c10::ArrayRef<c10::IValue> args, CallShape& call, MetaKey& key) {
+c10::ScalarType common_dtype(const Signature& sig, c10::ArrayRef<c10::IValue> args) {
+  if (!sig.has_tensor_input) {
+    return c10::ScalarType::Undefined;
+  }
   at::native::ResultTypeState promote{};
+  for_each_input_tensor(sig, args, [&](const at::Tensor& t) {
+    if (t.defined()) {
+      promote = at::native::update_result_type_state(t, promote);
+    }
+  });
+  return at::native::result_type(promote);
+}
+
+void scan_call(const Signature& sig, c10::ArrayRef<c10::IValue> args, CallShape& call, MetaKey& key) {
+  if (sig.has_tensor_list) {
+    key.words.reserve(key.words.size() + list_key_words(sig, args) + 2 * args.size());
+  }
   for (size_t i = 0; i < args.size(); ++i) {
     const ArgInfo& info = sig.args[i];
     const c10::IValue& v = args[i];
@@ -100,16 +160,14 @@ void scan_call(const Signature& sig, c10::ArrayRef<c10::IValue> args, CallShape&
     }
     switch (info.kind) {
       case ArgKind::Tensor:
-        scan_tensor(sig, v.toTensor(), info, key, call, promote);
+        scan_tensor(sig, v.toTensor(), info, key, call);
         ++call.num_tensors;
         break;
       case ArgKind::TensorList: {
         const auto list = v.toTensorList();
-        // A header word and (dims + sizes + strides) per tensor, 2-d guessed.
-        key.words.reserve(key.words.size() + 1 + 5 * list.size());
         key.words.push_back(static_cast<int64_t>(list.size()));
         for (const at::Tensor& t : list) {
-          scan_tensor(sig, t, info, key, call, promote);
+          scan_tensor(sig, t, info, key, call);
         }
         call.num_tensors += list.size();
         break;
@@ -119,7 +177,7 @@ void scan_call(const Signature& sig, c10::ArrayRef<c10::IValue> args, CallShape&
         key.words.push_back(static_cast<int64_t>(list.size()));
         for (const std::optional<at::Tensor>& t : list) {
           if (t.has_value() && t->defined()) {
-            scan_tensor(sig, *t, info, key, call, promote);
+            scan_tensor(sig, *t, info, key, call);
           } else {
             key.words.push_back(-1);
           }
@@ -206,9 +264,6 @@ void scan_call(const Signature& sig, c10::ArrayRef<c10::IValue> args, CallShape&
   }
   if (call.device < 0) {
     call.device = current_device();
-  }
-  if (sig.has_tensor_input) {
-    call.dtype = at::native::result_type(promote);
   }
 }
 

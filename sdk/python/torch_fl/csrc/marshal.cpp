@@ -177,6 +177,7 @@ void marshal_call(
   s.bools.reserve(call.num_bools + 1);
   s.strings.reserve(call.num_strings + 1);
   s.values.reserve(args.size());
+  s.outputs.reserve(ops.outputs.size());
 
   size_t slot = 0; // next entry of ops.inputs
   auto next_tensor = [&]() -> const TFL_Tensor* {

@@ -20,7 +20,7 @@ namespace torch_fl::bridge {
 
 // Sized up front from the call's scan so that pointers into it stay valid.
 struct CallScratch {
-  c10::SmallVector<TFL_Tensor, 8> descs;
+  c10::SmallVector<TFL_Tensor, 16> descs;
   c10::SmallVector<const TFL_Tensor*, 8> desc_ptrs; // tensor-list entries
   c10::SmallVector<int64_t, 32> ints;                // int lists and broadcast shapes
   c10::SmallVector<double, 4> doubles;

@@ -16,6 +16,7 @@
 #include <c10/util/DimVector.h>
 #include <c10/util/SmallVector.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -33,7 +34,23 @@ struct OutSpec {
   bool defined = true; // false: the caller did not ask for it (output_mask)
 };
 
+// A fact about a cache entry's calls learned on the first of them and read
+// by the rest: -1 not yet known, 0 no, 1 yes. A copy starts unknown.
+struct LearnedFlag {
+  mutable std::atomic<int8_t> value{-1};
+  LearnedFlag() = default;
+  LearnedFlag(const LearnedFlag& /*other*/) {}
+  LearnedFlag& operator=(const LearnedFlag& /*other*/) {
+    value.store(-1, std::memory_order_relaxed);
+    return *this;
+  }
+};
+
 struct MetaEntry {
+  c10::ScalarType common_dtype = c10::ScalarType::Undefined; // of the tensor inputs (call_scan.h)
+  // Whether a functional call of this shape hands the kernel every input as
+  // given (no cast, copy, upload or broadcast descriptor): operands.cpp.
+  LearnedFlag inputs_as_given;
   std::vector<OutSpec> outs;
   std::vector<int64_t> ints; // the int returns, in order (Signature::int_returns)
   bool unavailable = false; // the call cannot be served natively: `reason` says why

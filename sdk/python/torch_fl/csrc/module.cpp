@@ -378,7 +378,8 @@ py::list op_stats_rows(const std::vector<OpStatsRow>& rows) {
   py::list out;
   for (const OpStatsRow& r : rows) {
     out.append(py::make_tuple(
-        r.op, r.dtype, r.calls[0], r.calls[1], r.calls[2], r.calls[3], r.time_ns, r.bytes_copied));
+        r.op, r.dtype, r.calls[0], r.calls[1], r.calls[2], r.calls[3], r.time_ns, r.bytes_copied,
+        r.plugin_ns));
   }
   return out;
 }

@@ -11,6 +11,8 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
+
 namespace torch_fl::bridge {
 
 namespace {
@@ -106,6 +108,7 @@ void NativeKernel::operator()(
   scan_call(sig_, args, call, key);
   uint64_t setup = 0;
   const std::shared_ptr<const MetaEntry> meta = metadata(op, args, key, &setup);
+  call.dtype = meta->common_dtype;
   if (call.dtype == c10::ScalarType::Undefined && !meta->outs.empty()) {
     call.dtype = meta->outs[0].dtype;
   }
@@ -115,21 +118,22 @@ void NativeKernel::operator()(
   }
   OpCounter& counter = counters_.get(call.dtype);
   Operands ops;
+  uint64_t in_plugin = 0;
   try {
     prepare_operands(rules_, args, *meta, call, ops);
     std::string declined;
-    if (!launch(args, call, ops, &declined)) {
+    if (!launch(args, call, ops, &declined, &in_plugin)) {
       const std::string reason = "the kernel declined this call: " + declined;
       run_fallback(op, ks, stack, reason.c_str());
       return;
     }
     write_back(ops);
   } catch (...) {
-    counter.add(Path::Failed, now_ns() - start - setup);
+    counter.add(Path::Failed, now_ns() - start - setup, 0, in_plugin);
     throw;
   }
   push_results(stack, nargs, ops, *meta);
-  counter.add(Path::Native, now_ns() - start - setup);
+  counter.add(Path::Native, now_ns() - start - setup, 0, in_plugin);
 }
 
 std::shared_ptr<const MetaEntry> NativeKernel::metadata(
@@ -137,11 +141,22 @@ std::shared_ptr<const MetaEntry> NativeKernel::metadata(
     c10::ArrayRef<c10::IValue> args,
     const MetaKey& key,
     uint64_t* setup) {
-  // An op that returns nothing has no output metadata to compute (and some,
-  // like _fused_sgd_, have no meta function at all).
-  static const auto no_outputs = std::make_shared<const MetaEntry>();
+  // An op that returns nothing has no output metadata (and some, like
+  // _fused_sgd_, have no meta function at all): only its common dtype,
+  // computed per call, as its keys carry hyperparameters (an optimizer's
+  // learning rate) that may change at every step.
   if (sig_.num_returns == 0) {
-    return no_outputs;
+    static const auto entries = [] {
+      std::array<std::shared_ptr<const MetaEntry>, static_cast<size_t>(c10::ScalarType::NumOptions) + 1> e;
+      for (size_t i = 0; i < e.size(); ++i) {
+        auto entry = std::make_shared<MetaEntry>();
+        entry->common_dtype = i < e.size() - 1 ? static_cast<c10::ScalarType>(i) : c10::ScalarType::Undefined;
+        e[i] = std::move(entry);
+      }
+      return e;
+    }();
+    const c10::ScalarType dtype = common_dtype(sig_, args);
+    return dtype == c10::ScalarType::Undefined ? entries.back() : entries[static_cast<size_t>(dtype)];
   }
   const bool cached = meta_cache_enabled();
   if (cached) {
@@ -149,9 +164,9 @@ std::shared_ptr<const MetaEntry> NativeKernel::metadata(
       return hit;
     }
   }
-  std::shared_ptr<const MetaEntry> entry;
-  *setup = measure_setup(
-      [&] { entry = std::make_shared<const MetaEntry>(compute_meta(meta_source_, op, args)); });
+  auto entry = std::make_shared<MetaEntry>();
+  *setup = measure_setup([&] { *entry = compute_meta(meta_source_, op, args); });
+  entry->common_dtype = common_dtype(sig_, args);
   if (cached) {
     cache_.insert(key, entry);
   }
@@ -175,7 +190,8 @@ bool NativeKernel::launch(
     c10::ArrayRef<c10::IValue> args,
     const CallShape& call,
     const Operands& ops,
-    std::string* declined) const {
+    std::string* declined,
+    uint64_t* in_plugin) const {
   CallScratch s;
   marshal_call(sig_, args, call, ops, s);
   KernelCall kernel_call(
@@ -190,8 +206,10 @@ bool NativeKernel::launch(
   if (kernel_trace_recording()) {
     traced.emplace(call.device, sig_.name);
   }
+  const uint64_t entered = now_ns();
   const bool launched = kernel_call.run(
       spec_.fn, s.values.data(), s.values.size(), s.outputs.data(), s.outputs.size(), declined);
+  *in_plugin = now_ns() - entered;
   if (traced) {
     traced->finish(launched);
   }

@@ -64,8 +64,9 @@ class NativeKernel final : public c10::OperatorKernel {
       const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args, const MetaKey& key,
       uint64_t* setup);
   const char* why_not_native(const CallShape& call, const MetaEntry& meta) const;
+  // `in_plugin` receives the time spent inside the plugin's kernel function.
   bool launch(c10::ArrayRef<c10::IValue> args, const CallShape& call, const Operands& ops,
-              std::string* declined) const;
+              std::string* declined, uint64_t* in_plugin) const;
   void push_results(torch::jit::Stack* stack, size_t nargs, Operands& ops, const MetaEntry& meta) const;
 
   KernelSpec spec_;

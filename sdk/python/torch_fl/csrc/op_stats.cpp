@@ -14,9 +14,34 @@ namespace torch_fl::bridge {
 
 namespace {
 
+// The values of one counter at some moment.
+struct Counts {
+  std::array<uint64_t, kNumPaths> calls{};
+  uint64_t time_ns = 0;
+  uint64_t bytes_copied = 0;
+  uint64_t plugin_ns = 0;
+
+  static Counts of(const OpCounter& c) {
+    Counts v;
+    for (int p = 0; p < kNumPaths; ++p) {
+      v.calls[p] = c.calls[p].load(std::memory_order_relaxed);
+    }
+    v.time_ns = c.time_ns.load(std::memory_order_relaxed);
+    v.bytes_copied = c.bytes_copied.load(std::memory_order_relaxed);
+    v.plugin_ns = c.plugin_ns.load(std::memory_order_relaxed);
+    return v;
+  }
+};
+
+// Counters live as long as the process (callers cache references to them).
+// `baseline`: their values at the last op_stats_reset(); `scopes`: their
+// values when each open scope began (a counter made later began at zero).
 struct Registry {
   std::mutex mutex;
   std::map<std::pair<std::string, int>, std::unique_ptr<OpCounter>> counters;
+  std::unordered_map<const OpCounter*, Counts> baseline;
+  uint64_t next_scope = 1;
+  std::unordered_map<uint64_t, std::unordered_map<const OpCounter*, Counts>> scopes;
 };
 
 Registry& registry() {
@@ -24,83 +49,78 @@ Registry& registry() {
   return *r;
 }
 
-struct Delta {
-  std::array<uint64_t, kNumPaths> calls{};
-  uint64_t time_ns = 0;
-  uint64_t bytes_copied = 0;
-};
-
-struct Scopes {
-  std::mutex mutex;
-  uint64_t next_id = 1;
-  std::unordered_map<uint64_t, std::unordered_map<const OpCounter*, Delta>> open;
-};
-
-Scopes& scopes() {
-  static auto* s = new Scopes();
-  return *s;
-}
-
 std::string dtype_label(c10::ScalarType dtype) {
   return dtype == c10::ScalarType::Undefined ? std::string("none")
                                              : std::string(c10::getDtypeNames(dtype).first);
 }
 
-} // namespace
-
-namespace detail {
-
-std::atomic<int> open_scopes{0};
-
-void add_to_scopes(const OpCounter* counter, Path path, uint64_t ns, uint64_t bytes) {
-  Scopes& s = scopes();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  for (auto& [id, deltas] : s.open) {
-    Delta& d = deltas[counter];
-    ++d.calls[static_cast<int>(path)];
-    d.time_ns += ns;
-    d.bytes_copied += bytes;
-  }
-}
-
-} // namespace detail
-
-uint64_t op_stats_scope_begin() {
-  Scopes& s = scopes();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  const uint64_t id = s.next_id++;
-  s.open[id];
-  detail::open_scopes.fetch_add(1, std::memory_order_relaxed);
-  return id;
-}
-
-std::vector<OpStatsRow> op_stats_scope_end(uint64_t id) {
-  std::unordered_map<const OpCounter*, Delta> deltas;
-  {
-    Scopes& s = scopes();
-    std::lock_guard<std::mutex> lock(s.mutex);
-    auto it = s.open.find(id);
-    if (it == s.open.end()) {
-      return {};
-    }
-    deltas = std::move(it->second);
-    s.open.erase(it);
-    detail::open_scopes.fetch_sub(1, std::memory_order_relaxed);
-  }
+// The rows of every counter that moved since `since` (absent: since zero).
+// Caller holds the registry's mutex.
+std::vector<OpStatsRow> rows_since(
+    const Registry& r, const std::unordered_map<const OpCounter*, Counts>& since) {
   std::vector<OpStatsRow> rows;
-  rows.reserve(deltas.size());
-  for (const auto& [counter, d] : deltas) {
+  for (const auto& [key, counter] : r.counters) {
+    Counts now = Counts::of(*counter);
+    auto it = since.find(counter.get());
+    if (it != since.end()) {
+      const Counts& then = it->second;
+      for (int p = 0; p < kNumPaths; ++p) {
+        now.calls[p] -= then.calls[p];
+      }
+      now.time_ns -= then.time_ns;
+      now.bytes_copied -= then.bytes_copied;
+      now.plugin_ns -= then.plugin_ns;
+    }
+    uint64_t total = 0;
+    for (uint64_t c : now.calls) {
+      total += c;
+    }
+    if (total == 0) {
+      continue;
+    }
     OpStatsRow row;
-    row.op = counter->op;
-    row.dtype = dtype_label(counter->dtype);
-    row.calls = d.calls;
-    row.time_ns = d.time_ns;
-    row.bytes_copied = d.bytes_copied;
+    row.op = key.first;
+    row.dtype = dtype_label(static_cast<c10::ScalarType>(key.second));
+    row.calls = now.calls;
+    row.time_ns = now.time_ns;
+    row.bytes_copied = now.bytes_copied;
+    row.plugin_ns = now.plugin_ns;
     rows.push_back(std::move(row));
   }
   std::sort(rows.begin(), rows.end(), [](const OpStatsRow& a, const OpStatsRow& b) {
     return std::tie(a.op, a.dtype) < std::tie(b.op, b.dtype);
   });
+  return rows;
+}
+
+std::unordered_map<const OpCounter*, Counts> counts_now(const Registry& r) {
+  std::unordered_map<const OpCounter*, Counts> all;
+  all.reserve(r.counters.size());
+  for (const auto& [key, counter] : r.counters) {
+    all.emplace(counter.get(), Counts::of(*counter));
+  }
+  return all;
+}
+
+} // namespace
+
+uint64_t op_stats_scope_begin() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const uint64_t id = r.next_scope++;
+  r.scopes.emplace(id, counts_now(r));
+  return id;
+}
+
+std::vector<OpStatsRow> op_stats_scope_end(uint64_t id) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.scopes.find(id);
+  if (it == r.scopes.end()) {
+    return {};
+  }
+  std::vector<OpStatsRow> rows = rows_since(r, it->second);
+  r.scopes.erase(it);
   return rows;
 }
 
@@ -117,37 +137,13 @@ OpCounter& op_counter(const std::string& op, c10::ScalarType dtype) {
 std::vector<OpStatsRow> op_stats_snapshot() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  std::vector<OpStatsRow> rows;
-  rows.reserve(r.counters.size());
-  for (const auto& [key, counter] : r.counters) {
-    OpStatsRow row;
-    row.op = key.first;
-    row.dtype = dtype_label(static_cast<c10::ScalarType>(key.second));
-    uint64_t total = 0;
-    for (int p = 0; p < kNumPaths; ++p) {
-      row.calls[p] = counter->calls[p].load(std::memory_order_relaxed);
-      total += row.calls[p];
-    }
-    if (total == 0) {
-      continue;
-    }
-    row.time_ns = counter->time_ns.load(std::memory_order_relaxed);
-    row.bytes_copied = counter->bytes_copied.load(std::memory_order_relaxed);
-    rows.push_back(std::move(row));
-  }
-  return rows;
+  return rows_since(r, r.baseline);
 }
 
 void op_stats_reset() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  for (auto& [key, counter] : r.counters) {
-    for (auto& c : counter->calls) {
-      c.store(0, std::memory_order_relaxed);
-    }
-    counter->time_ns.store(0, std::memory_order_relaxed);
-    counter->bytes_copied.store(0, std::memory_order_relaxed);
-  }
+  r.baseline = counts_now(r);
 }
 
 namespace {

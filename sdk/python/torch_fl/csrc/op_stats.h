@@ -17,15 +17,9 @@ namespace torch_fl::bridge {
 enum class Path : int { Native = 0, Decomposed = 1, CpuFallback = 2, Failed = 3 };
 constexpr int kNumPaths = 4;
 
-struct OpCounter;
-
-namespace detail {
-// Open op-statistics scopes (op_stats_scope_begin); counted calls are also
-// added to each of them, so a scope costs what runs inside it.
-extern std::atomic<int> open_scopes;
-void add_to_scopes(const OpCounter* counter, Path path, uint64_t ns, uint64_t bytes);
-} // namespace detail
-
+// One operator and dtype. The counts only grow: op_stats_reset() moves a
+// baseline and a scope keeps what it saw at its start, so counting a call
+// costs the same with or without open scopes.
 struct OpCounter {
   OpCounter(std::string op_name, c10::ScalarType scalar_type)
       : op(std::move(op_name)), dtype(scalar_type) {}
@@ -34,15 +28,18 @@ struct OpCounter {
   std::array<std::atomic<uint64_t>, kNumPaths> calls{};
   std::atomic<uint64_t> time_ns{0};
   std::atomic<uint64_t> bytes_copied{0};
+  // Of time_ns: spent inside the plugin's kernel function (its launch), so
+  // the bridge's own share is time_ns - plugin_ns.
+  std::atomic<uint64_t> plugin_ns{0};
 
-  void add(Path path, uint64_t ns, uint64_t bytes = 0) {
+  void add(Path path, uint64_t ns, uint64_t bytes = 0, uint64_t in_plugin_ns = 0) {
     calls[static_cast<int>(path)].fetch_add(1, std::memory_order_relaxed);
     time_ns.fetch_add(ns, std::memory_order_relaxed);
     if (bytes != 0) {
       bytes_copied.fetch_add(bytes, std::memory_order_relaxed);
     }
-    if (detail::open_scopes.load(std::memory_order_relaxed) != 0) {
-      detail::add_to_scopes(this, path, ns, bytes);
+    if (in_plugin_ns != 0) {
+      plugin_ns.fetch_add(in_plugin_ns, std::memory_order_relaxed);
     }
   }
 };
@@ -53,6 +50,7 @@ struct OpStatsRow {
   std::array<uint64_t, kNumPaths> calls{};
   uint64_t time_ns = 0;
   uint64_t bytes_copied = 0;
+  uint64_t plugin_ns = 0;
 };
 
 // The counter for (op, dtype); the reference stays valid for the process.
@@ -60,8 +58,8 @@ OpCounter& op_counter(const std::string& op, c10::ScalarType dtype);
 std::vector<OpStatsRow> op_stats_snapshot();
 void op_stats_reset();
 
-// A scope counts only the calls made while it is open (nesting allowed):
-// begin returns its id, end closes it and returns its rows.
+// A scope counts only the calls made while it is open (nesting allowed; on
+// every thread): begin returns its id, end closes it and returns its rows.
 uint64_t op_stats_scope_begin();
 std::vector<OpStatsRow> op_stats_scope_end(uint64_t id);
 

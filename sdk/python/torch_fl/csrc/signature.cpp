@@ -149,6 +149,8 @@ Signature analyze(const c10::FunctionSchema& schema) {
               ", which the kernel ABI cannot pass");
     }
     sig.has_tensor_input = sig.has_tensor_input || is_tensor_input(info);
+    sig.has_tensor_list = sig.has_tensor_list || info.kind == ArgKind::TensorList ||
+        info.kind == ArgKind::OptionalTensorList;
     if (info.kind == ArgKind::Generator) {
       sig.generator_arg = static_cast<int>(i);
     }

@@ -56,6 +56,7 @@ struct Signature {
   bool returns_list = false;    // a single Tensor[] return
   int32_t variant = 0;          // TFL_KernelVariant
   bool has_tensor_input = false;
+  bool has_tensor_list = false;  // a Tensor[] or Tensor?[] argument
   int generator_arg = -1;
   std::string unsupported; // why a kernel cannot serve this schema, if it cannot
 };
