@@ -158,8 +158,11 @@ const std::map<std::string, Setter>& setters() {
       {"FLEMU_ISA",
        [](const std::string& k, const std::string& v, Config* c) {
          const std::string isa = lower(v);
-         if (isa != "auto" && isa != "baseline") bad_value(k, v, "auto or baseline");
-         c->baseline_isa = isa == "baseline";
+         if (isa == "auto") c->max_isa = -1;
+         else if (isa == "baseline") c->max_isa = 0;
+         else if (isa == "avx2") c->max_isa = 1;
+         else if (isa == "avx512") c->max_isa = 2;
+         else bad_value(k, v, "auto, baseline, avx2 or avx512");
        }},
   };
   return table;

@@ -29,7 +29,7 @@ struct Config {
   bool minimal_profile = false;  // FLEMU_PROFILE=minimal: a new vendor's first kernel set
   bool blas = true;              // FLEMU_BLAS=0: float GEMMs on flemu's own blocked GEMM, not OpenBLAS
   bool dnnl = true;              // FLEMU_DNNL=0: float32 convolutions on flemu's im2col path, not oneDNN
-  bool baseline_isa = false;     // FLEMU_ISA=baseline: vectorized loops on the baseline x86-64 build (isa.h)
+  int32_t max_isa = -1;         // FLEMU_ISA: the widest build the vectorized loops may take (Isa, isa.h); -1 auto
 
   bool operator==(const Config& other) const;
   bool operator!=(const Config& other) const { return !(*this == other); }

@@ -63,7 +63,7 @@ static void test_before_init() {
   CHECK_ERR(initialize(TFL_ABI_MAJOR, 0, {{"FLEMU_FP64", "maybe"}}), TFL_ERR_INVALID_ARGUMENT, "FLEMU_FP64", "maybe",
             "0 or 1");
   CHECK_ERR(initialize(TFL_ABI_MAJOR, 0, {{"FLEMU_ISA", "sse"}}), TFL_ERR_INVALID_ARGUMENT, "FLEMU_ISA", "sse",
-            "auto or baseline");
+            "auto, baseline, avx2 or avx512");
 }
 
 // ---------------------------------------------------------------------------

@@ -137,3 +137,25 @@ def test_native_dropout_direct_train_false() -> None:
     out, mask = run_native(lambda: torch.native_dropout(x, 0.5, False), ("aten::native_dropout",))  # type: ignore[misc]
     assert torch.equal(out.cpu(), x.cpu())
     assert mask.dtype == torch.bool and bool(mask.all().cpu())
+
+
+@pytest.mark.parametrize("dtype", ALL_FLOATS, ids=str)
+def test_dense_and_strided_dropout_draw_the_same_elements(dtype: torch.dtype) -> None:
+    # Dense operands take a vectorized path, strided ones the element walk:
+    # element k of the logical order draws the same Philox word on both, so
+    # one seed gives one mask whatever the layout (and thread split).
+    x = make((300, 257), 9, 0.5, 2.0).to(dtype)
+    dense = x.to("flemu")
+    strided = x.t().contiguous().to("flemu").t()
+    assert dense.is_contiguous() and not strided.is_contiguous()
+
+    def draw(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        torch.manual_seed(11)
+        out, mask = torch.native_dropout(t, 0.3, True)
+        grad = torch.ops.aten.native_dropout_backward(torch.ones_like(t), mask, 2.0)
+        return out.cpu(), mask.cpu(), grad.cpu()
+
+    (do, dm, dg), (so, sm, sg) = run_native(lambda: (draw(dense), draw(strided)), DROP_OPS)  # type: ignore[misc]
+    assert torch.equal(dm, sm), f"{int((dm != sm).sum())} of {dm.numel()} mask elements differ"
+    assert torch.equal(do, so) and torch.equal(dg, sg)
+    assert torch.equal(dg, torch.where(dm, 2.0, 0.0).to(dtype))

@@ -1,12 +1,12 @@
-"""flemu's elementwise loops and its fused-region executor are built for
-baseline x86-64 and for AVX2 (kernels/support/isa.h) and take the AVX2 build
-when the CPU has it; FLEMU_ISA=baseline forces the other. Neither build
-contracts or reassociates, so every elementwise kernel and every compiled
-region must give the same bits under both, on dense, strided and broadcast
-operands, in every dtype, on the single-thread and the split-over-threads
-paths; compiled regions must also match eager execution (for bfloat16: eager
-in float32, which is how a region computes it before rounding its outputs
-once)."""
+"""flemu's elementwise loops, softmax rows, attention heads, dense dropout
+and fused-region executor are built for baseline x86-64, AVX2 and AVX-512
+(kernels/support/isa.h) and take the widest build the CPU runs; FLEMU_ISA
+caps it. No build contracts or reassociates, so every kernel here and every
+compiled region must give the same bits under each build this CPU runs, on
+dense, strided and broadcast operands, in every dtype, on the single-thread
+and the split-over-threads paths; compiled regions must also match eager
+execution (for bfloat16: eager in float32, which is how a region computes it
+before rounding its outputs once)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ unary = {
     "neg": torch.neg, "abs": torch.abs, "sqrt_abs": lambda t: torch.sqrt(t.abs()),
     "log_softmax": lambda t: torch.log_softmax(t, -1), "softmax": lambda t: torch.softmax(t, -1),
     "mul_scalar": lambda t: t * 0.37, "clamp": lambda t: t.clamp(-0.5, 0.7),
+    "dropout": lambda t: (torch.manual_seed(5), torch.native_dropout(t, 0.4, True)[0])[1],
 }
 binary = {
     "add": torch.add, "mul": torch.mul, "div": torch.div, "sub_alpha": lambda a, b: torch.sub(a, b, alpha=0.3),
@@ -50,6 +51,12 @@ for dtype in (torch.float32, torch.bfloat16, torch.float64):
                 t = fn(dev[a], dev[b]).cpu()
                 out[f"{name}-{dtype}-{size[0]}-{a}-{b}"] = hashlib.sha256(
                     t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+    # Fused attention, forward and backward (heads split over the pool).
+    q, k, v = (torch.randn(2, 3, 37, 16, generator=g).to(dtype).to("flemu").requires_grad_() for _ in range(3))
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    grads = torch.autograd.grad(o, (q, k, v), torch.ones_like(o))
+    for name, t in zip(("sdpa", "sdpa_dq", "sdpa_dk", "sdpa_dv"), (o, *grads)):
+        out[f"{name}-{dtype}"] = hashlib.sha256(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
 print(json.dumps(out))
 """
 
@@ -89,45 +96,77 @@ print(json.dumps(out))
 """
 
 
-def _under_both(script: str) -> tuple[dict, dict]:
-    """The script's JSON under the baseline build, then under the one the CPU chooses."""
-    runs = []
-    for env in ({"FLEMU_ISA": "baseline"}, {}):
-        proc = run_python(script, env=env, timeout=300)
-        runs.append(json.loads(assert_ok(proc).strip().splitlines()[-1]))
-    return runs[0], runs[1]
+def _builds() -> list[str]:
+    """The FLEMU_ISA builds this CPU runs, baseline first."""
+    flags: set[str] = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    builds = ["baseline"]
+    if "avx2" in flags:
+        builds.append("avx2")
+    if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags:
+        builds.append("avx512")
+    return builds
+
+
+def _under_each(script: str) -> dict[str, dict]:
+    """The script's JSON under each build the CPU runs, and under auto."""
+    runs = {}
+    for build in [*_builds(), "auto"]:
+        proc = run_python(script, env={"FLEMU_ISA": build}, timeout=300)
+        runs[build] = json.loads(assert_ok(proc).strip().splitlines()[-1])
+    return runs
+
+
+def test_the_builds_this_cpu_runs_are_all_compared() -> None:
+    builds = _builds()
+    assert builds[0] == "baseline"
+    # The project's machines have AVX2 and AVX-512; a CPU without them
+    # compares fewer builds, and this says so.
+    assert builds == ["baseline", "avx2", "avx512"], f"this CPU runs only {builds}"
+
+
+def test_an_unknown_build_is_refused_with_the_choices() -> None:
+    proc = run_python("import torch_fl, torch", env={"FLEMU_ISA": "sse9"})
+    assert "invalid FLEMU_ISA='sse9': expected auto, baseline, avx2 or avx512" in proc.stderr, proc.stderr[-2000:]
 
 
 @pytest.fixture(scope="module")
-def hashes() -> tuple[dict[str, str], dict[str, str]]:
-    return _under_both(_OPS)
+def hashes() -> dict[str, dict[str, str]]:
+    return _under_each(_OPS)
 
 
 @pytest.fixture(scope="module")
-def regions() -> tuple[dict[str, dict], dict[str, dict]]:
-    return _under_both(_REGIONS)
+def regions() -> dict[str, dict[str, dict]]:
+    return _under_each(_REGIONS)
 
 
 def test_every_case_ran(hashes) -> None:  # noqa: ANN001
-    baseline, chosen = hashes
-    assert baseline.keys() == chosen.keys() and len(baseline) == 3 * 2 * (14 * 2 + 8 * 2)
+    baseline = hashes["baseline"]
+    assert len(baseline) == 3 * (2 * (15 * 2 + 8 * 2) + 4)
+    assert all(run.keys() == baseline.keys() for run in hashes.values())
 
 
-def test_both_builds_give_the_same_bits(hashes) -> None:  # noqa: ANN001
-    baseline, chosen = hashes
-    differ = sorted(k for k in baseline if baseline[k] != chosen[k])
-    assert not differ, f"{len(differ)} cases differ between flemu's ISA builds: {differ[:12]}"
+def test_every_build_gives_the_same_bits(hashes) -> None:  # noqa: ANN001
+    baseline = hashes["baseline"]
+    for build, run in hashes.items():
+        differ = sorted(k for k in baseline if baseline[k] != run[k])
+        assert not differ, f"{len(differ)} cases differ between the baseline and {build} builds: {differ[:12]}"
 
 
-def test_both_builds_run_compiled_regions_alike(regions) -> None:  # noqa: ANN001
-    baseline, chosen = regions
-    assert baseline.keys() == chosen.keys() and len(baseline) == 6
-    differ = [c for c in baseline if baseline[c]["sha256"] != chosen[c]["sha256"]]
-    assert not differ, f"the fused executor's builds disagree on {differ}"
+def test_every_build_runs_compiled_regions_alike(regions) -> None:  # noqa: ANN001
+    baseline = regions["baseline"]
+    assert len(baseline) == 6
+    for build, run in regions.items():
+        differ = [c for c in baseline if baseline[c]["sha256"] != run[c]["sha256"]]
+        assert not differ, f"the fused executor's baseline and {build} builds disagree on {differ}"
 
 
-@pytest.mark.parametrize("which", [0, 1], ids=["baseline", "cpu_chosen"])
-def test_compiled_regions_match_eager(regions, which: int) -> None:  # noqa: ANN001
-    for case, r in regions[which].items():
-        limit = 8e-3 if "bfloat16" in case else 1e-5
-        assert r["err"] <= limit, f"{case}: relative error {r['err']:.3g} against eager"
+def test_compiled_regions_match_eager(regions) -> None:  # noqa: ANN001
+    for build, run in regions.items():
+        for case, r in run.items():
+            limit = 8e-3 if "bfloat16" in case else 1e-5
+            assert r["err"] <= limit, f"{build}: {case}: relative error {r['err']:.3g} against eager"

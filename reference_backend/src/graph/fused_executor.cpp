@@ -4,8 +4,8 @@
 // converted and stored. Memory is touched once per operand, whatever the
 // length of the chain.
 //
-// The executor is built twice, for baseline x86-64 and for AVX2, and runs
-// the one kernels/support/isa.h chooses.
+// The executor is built for each instruction set of
+// kernels/support/isa.h and runs the one chosen there.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -21,12 +21,19 @@ namespace baseline {
 #include "fused_executor_impl.inc"
 }  // namespace baseline
 
-#if defined(FLEMU_AVX2_BUILDS)
+#if defined(FLEMU_ISA_BUILDS)
 #pragma GCC push_options
 #pragma GCC target("avx2")
 namespace avx2 {
 #include "fused_executor_impl.inc"
 }  // namespace avx2
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl")
+namespace avx512 {
+#include "fused_executor_impl.inc"
+}  // namespace avx512
 #pragma GCC pop_options
 #endif
 
@@ -34,10 +41,11 @@ namespace avx2 {
 
 void run_program(const Program& program, char* const* inputs, char* const* outputs) {
   if (program.numel == 0) return;
-#if defined(FLEMU_AVX2_BUILDS)
-  if (use_avx2()) {
-    avx2::run(program, inputs, outputs);
-    return;
+#if defined(FLEMU_ISA_BUILDS)
+  switch (active_isa()) {
+    case Isa::kAvx512: avx512::run(program, inputs, outputs); return;
+    case Isa::kAvx2: avx2::run(program, inputs, outputs); return;
+    case Isa::kBaseline: break;
   }
 #endif
   baseline::run(program, inputs, outputs);

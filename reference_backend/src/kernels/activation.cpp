@@ -34,13 +34,13 @@ Approx gelu_approximate(const Launch& L, size_t i) {
   invalid_argument("gelu: approximate must be 'none' or 'tanh', got '", a, "'");
 }
 
-// The form is a template argument: each kernel's loop then holds one form only
-// and the exact one (no library calls) vectorizes.
+// The form is a template argument: each kernel's loop then holds one form
+// only; neither calls a library function, so both vectorize.
 template <Approx approx, class C>
 inline C gelu_of(C x) {
   if constexpr (approx == Approx::None) return C(0.5) * x * (C(1) + erf_of(x * C(kSqrt1_2)));
   const C inner = C(kSqrt2OverPi) * (x + C(kGeluKappa) * x * x * x);
-  return C(0.5) * x * (C(1) + std::tanh(inner));
+  return C(0.5) * x * (C(1) + tanh_of(inner));
 }
 
 template <Approx approx, class C>
@@ -51,7 +51,7 @@ inline C gelu_grad(C g, C x) {
     return g * (cdf + x * pdf);
   }
   const C x2 = x * x;
-  const C t = std::tanh(C(kSqrt2OverPi) * (x + C(kGeluKappa) * x2 * x));
+  const C t = tanh_of(C(kSqrt2OverPi) * (x + C(kGeluKappa) * x2 * x));
   const C dinner = C(kSqrt2OverPi) * (C(1) + C(3 * kGeluKappa) * x2);
   return g * (C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * dinner);
 }
@@ -79,7 +79,7 @@ TFL_Error* kernel_sigmoid(const TFL_Kernel_Args* args) {
 }
 
 TFL_Error* kernel_tanh(const TFL_Kernel_Args* args) {
-  return run_kernel(args, kTanh, [&](Launch& L) { launch_float_unary(L, "tanh", [](auto x) { return std::tanh(x); }); });
+  return run_kernel(args, kTanh, [&](Launch& L) { launch_float_unary(L, "tanh", [](auto x) { return tanh_of(x); }); });
 }
 
 TFL_Error* kernel_gelu(const TFL_Kernel_Args* args) {

@@ -22,6 +22,7 @@
 #include "support/elementwise_launch.h"
 #include "support/fast_math.h"
 #include "support/gemm.h"
+#include "support/isa.h"
 #include "support/nn_common.h"
 #include "support/registry.h"
 #include "support/row_reduce.h"
@@ -89,7 +90,7 @@ struct Attention {
 };
 
 template <class T, class C>
-void pack(const View4& v, int64_t b, int64_t h, int64_t rows, int64_t cols, C* dst) {
+[[gnu::always_inline]] inline void pack(const View4& v, int64_t b, int64_t h, int64_t rows, int64_t cols, C* dst) {
   const T* src = v.head<const T>(b, h);
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) dst[i * cols + j] = convert<C>(src[i * v.stride[2] + j * v.stride[3]]);
@@ -97,7 +98,7 @@ void pack(const View4& v, int64_t b, int64_t h, int64_t rows, int64_t cols, C* d
 
 // dst[cols x rows] = the head's [rows x cols] block, transposed.
 template <class T, class C>
-void pack_transposed(const View4& v, int64_t b, int64_t h, int64_t rows, int64_t cols, C* dst) {
+[[gnu::always_inline]] inline void pack_transposed(const View4& v, int64_t b, int64_t h, int64_t rows, int64_t cols, C* dst) {
   const T* src = v.head<const T>(b, h);
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) dst[j * rows + i] = convert<C>(src[i * v.stride[2] + j * v.stride[3]]);
@@ -108,7 +109,7 @@ void pack_transposed(const View4& v, int64_t b, int64_t h, int64_t rows, int64_t
 // loops with the unit-stride loop innermost (it vectorizes) beat a library
 // call's set-up below about 2^18 multiply-adds.
 template <class C>
-void head_gemm(int64_t n, int64_t m, int64_t k, const C* a, int64_t a_rs, int64_t a_cs, const C* b, int64_t ldb, C* c,
+[[gnu::always_inline]] inline void head_gemm(int64_t n, int64_t m, int64_t k, const C* a, int64_t a_rs, int64_t a_cs, const C* b, int64_t ldb, C* c,
                int64_t ldc) {
   if (n * m * k > (int64_t{1} << 18)) {
     gemm_compute(n, m, k, a, a_rs, a_cs, b, ldb, 1, c, ldc, false);
@@ -142,7 +143,7 @@ void head_gemm(int64_t n, int64_t m, int64_t k, const C* a, int64_t a_rs, int64_
 }
 
 template <class T, class C>
-void unpack(const C* src, const View4& v, int64_t b, int64_t h, int64_t rows, int64_t cols, C factor = C(1)) {
+[[gnu::always_inline]] inline void unpack(const C* src, const View4& v, int64_t b, int64_t h, int64_t rows, int64_t cols, C factor = C(1)) {
   T* dst = v.head<T>(b, h);
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) dst[i * v.stride[2] + j * v.stride[3]] = convert<T>(src[i * cols + j] * factor);
@@ -154,7 +155,7 @@ float* lse_row(const Attention& a, int64_t b, int64_t h) {
 
 // s[Lq x Lk] = q k^T * scale, masked and biased; kt is k transposed [E x Lk].
 template <class T, class C>
-void scores(const Attention& a, int64_t b, int64_t h, const C* q, const C* kt, C* s) {
+[[gnu::always_inline]] inline void scores(const Attention& a, int64_t b, int64_t h, const C* q, const C* kt, C* s) {
   head_gemm(a.Lq, a.Lk, a.E, q, a.E, int64_t{1}, kt, a.Lk, s, a.Lk);
   const C scale = static_cast<C>(a.scale);
   const C neg_inf = -std::numeric_limits<C>::infinity();
@@ -172,7 +173,7 @@ void scores(const Attention& a, int64_t b, int64_t h, const C* q, const C* kt, C
 }
 
 template <class T>
-void forward_head(const Attention& a, int64_t b, int64_t h, std::vector<acc_t<T>>& buf) {
+[[gnu::always_inline]] inline void forward_head(const Attention& a, int64_t b, int64_t h, std::vector<acc_t<T>>& buf) {
   using C = acc_t<T>;
   buf.resize(static_cast<size_t>(a.Lq * a.E + a.Lk * a.E + a.Lk * a.Ev + a.Lq * a.Lk + a.Lq * a.Ev));
   C* q = buf.data();
@@ -187,14 +188,14 @@ void forward_head(const Attention& a, int64_t b, int64_t h, std::vector<acc_t<T>
   float* lse = lse_row(a, b, h);
   for (int64_t i = 0; i < a.Lq; ++i) {
     C* row = s + i * a.Lk;
-    const C mx = row_max<C>(a.Lk, [&](int64_t j) { return row[j]; });
+    const C mx = row_max<C>(a.Lk, [&](int64_t j) __attribute__((always_inline)) { return row[j]; });
     if (std::isinf(mx) && mx < 0) {  // attends to nothing
       std::fill(row, row + a.Lk, C(0));
       lse[i * a.lse_stride[2]] = -std::numeric_limits<float>::infinity();
       continue;
     }
     for (int64_t j = 0; j < a.Lk; ++j) row[j] = exp_of(row[j] - mx);
-    const C sum = row_sum<C>(a.Lk, [&](int64_t j) { return row[j]; });
+    const C sum = row_sum<C>(a.Lk, [&](int64_t j) __attribute__((always_inline)) { return row[j]; });
     const C inv = C(1) / sum;
     for (int64_t j = 0; j < a.Lk; ++j) row[j] *= inv;
     lse[i * a.lse_stride[2]] = static_cast<float>(mx + std::log(sum));
@@ -204,7 +205,7 @@ void forward_head(const Attention& a, int64_t b, int64_t h, std::vector<acc_t<T>
 }
 
 template <class T>
-void backward_head(const Attention& a, int64_t b, int64_t h, std::vector<acc_t<T>>& buf) {
+[[gnu::always_inline]] inline void backward_head(const Attention& a, int64_t b, int64_t h, std::vector<acc_t<T>>& buf) {
   using C = acc_t<T>;
   const int64_t Lq = a.Lq, Lk = a.Lk, E = a.E, Ev = a.Ev;
   buf.resize(static_cast<size_t>(Lq * E + 2 * Lk * E + Lk * Ev + 2 * Lq * Ev + 2 * Lq * Lk + Lq * E + Lk * E +
@@ -246,7 +247,7 @@ void backward_head(const Attention& a, int64_t b, int64_t h, std::vector<acc_t<T
   for (int64_t i = 0; i < Lq; ++i) {
     const C* gr = go + i * Ev;
     const C* orow = o + i * Ev;
-    C delta = row_sum<C>(Ev, [&](int64_t e) { return gr[e] * orow[e]; });
+    C delta = row_sum<C>(Ev, [&](int64_t e) __attribute__((always_inline)) { return gr[e] * orow[e]; });
     if (a.drop_third && i % 3 == 0) delta = 0;  // FLEMU_FAULT=softmax_backward_wrong
     C* ds = dp + i * Lk;
     const C* pr = p + i * Lk;
@@ -263,14 +264,18 @@ void backward_head(const Attention& a, int64_t b, int64_t h, std::vector<acc_t<T
   }
 }
 
-// Runs head(a, b, h, buffer) for every head, split over the pool.
-template <class T>
-void for_each_head(const Attention& a, void (*head)(const Attention&, int64_t, int64_t, std::vector<acc_t<T>>&)) {
+// Runs head(b, h, buffer) for every head, split over the pool, on the ISA
+// build isa.h chooses: head is an always_inline lambda over forward_head or
+// backward_head, so each build has its own vectorized copy of a head.
+template <class T, class Head>
+void for_each_head(const Attention& a, Head&& head) {
   const int64_t heads = a.B * a.H;
   const int64_t cost = a.Lq * a.Lk * std::max(a.E, a.Ev);
   parallel_chunks(heads, grain_for(cost), [&](int64_t begin, int64_t end) {
     std::vector<acc_t<T>> buf;
-    for (int64_t u = begin; u < end; ++u) head(a, u / a.H, u % a.H, buf);
+    with_isa([&]() __attribute__((always_inline)) {
+      for (int64_t u = begin; u < end; ++u) head(u / a.H, u % a.H, buf);
+    });
   });
 }
 
@@ -354,7 +359,11 @@ TFL_Error* kernel_sdpa_fused(const TFL_Kernel_Args* args) {
     if (a.Lk == 0) decline(kForwardOp, ": an empty key sequence");
     dispatch_floating(a.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      L.enqueue([a] { for_each_head<T>(a, forward_head<T>); });
+      L.enqueue([a] {
+        for_each_head<T>(a, [&](int64_t b, int64_t h, auto& buf) __attribute__((always_inline)) {
+          forward_head<T>(a, b, h, buf);
+        });
+      });
     });
   });
 }
@@ -398,7 +407,11 @@ TFL_Error* kernel_sdpa_fused_backward(const TFL_Kernel_Args* args) {
     if (a.Lq == 0 || a.Lk == 0) decline(kBackwardOp, ": an empty query or key sequence");
     dispatch_floating(dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      L.enqueue([a] { for_each_head<T>(a, backward_head<T>); });
+      L.enqueue([a] {
+        for_each_head<T>(a, [&](int64_t b, int64_t h, auto& buf) __attribute__((always_inline)) {
+          backward_head<T>(a, b, h, buf);
+        });
+      });
     });
   });
 }

@@ -7,6 +7,7 @@
 
 #include "support/elementwise_launch.h"
 #include "support/elementwise_ops.h"
+#include "support/fast_math.h"
 #include "support/registry.h"
 
 namespace flemu {
@@ -97,7 +98,7 @@ TFL_Error* kernel_exp(const TFL_Kernel_Args* a) {
       });
       return;
     }
-    launch_float_unary(L, "exp", [](auto x) { return std::exp(x); });
+    launch_float_unary(L, "exp", [](auto x) { return exp_of(x); });
   });
 }
 TFL_Error* kernel_log(const TFL_Kernel_Args* a) {

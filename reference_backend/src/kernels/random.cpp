@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "support/isa.h"
 #include "support/nn_common.h"
 #include "support/registry.h"
 #include "support/philox.h"
@@ -199,11 +200,45 @@ void launch_random(const Launch& L, const Rng& rng, const TensorArg& self, int64
 // dropout
 // ---------------------------------------------------------------------------
 
+// Dense operands in training: kPhiloxLanes blocks (64 elements) a step, in
+// loops that vectorize; the same elements as the strided form below.
+template <class T>
+void run_dense_dropout(const T* in, T* out, bool* mask, int64_t n, Rng rng, double p1m) {
+  using C = acc_t<T>;
+  const C scale = p1m == 0.0 ? C(0) : static_cast<C>(1.0 / p1m);
+  const uint64_t threshold = below_threshold_u32(p1m);
+  const int64_t blocks = (n + 3) / 4;
+  parallel_chunks(blocks, 2048, [&](int64_t b0, int64_t b1) {
+    with_isa([&]() __attribute__((always_inline)) {
+      uint32_t words[4 * kPhiloxLanes];
+      for (int64_t b = b0; b < b1; b += kPhiloxLanes) {
+        philox4x32_10_lanes(rng.seed, rng.offset + static_cast<uint64_t>(b), words);
+        const int64_t first = 4 * b;
+        const int64_t count = std::min<int64_t>(4 * std::min<int64_t>(kPhiloxLanes, b1 - b), n - first);
+        const T* x = in + first;
+        T* o = out + first;
+        bool* m = mask + first;
+        for (int64_t k = 0; k < count; ++k) {
+          const bool keep = words[k] < threshold;
+          const C v = static_cast<C>(to_compute(x[k]));
+          o[k] = convert<T>(keep ? v * scale : C(0));
+          m[k] = keep;
+        }
+      }
+    });
+  });
+}
+
 template <class T>
 void run_dropout(const Strided& in, const Strided& out, const Strided& mask, Rng rng, double p1m, bool train) {
   using C = acc_t<T>;
   const C scale = p1m == 0.0 ? C(0) : static_cast<C>(1.0 / p1m);
   const int64_t n = in.numel;
+  if (train && dense(in) && dense(out) && dense(mask)) {
+    run_dense_dropout<T>(reinterpret_cast<const T*>(in.data), reinterpret_cast<T*>(out.data),
+                         reinterpret_cast<bool*>(mask.data), n, rng, p1m);
+    return;
+  }
   const int64_t blocks = (n + 3) / 4;
   parallel_chunks(blocks, 2048, [&](int64_t b0, int64_t b1) {
     Cursor ci(in, b0 * 4), co(out, b0 * 4), cm(mask, b0 * 4);
@@ -228,6 +263,17 @@ template <class T>
 void run_dropout_backward(const Strided& grad, const Strided& mask, const Strided& out, double scale) {
   using C = acc_t<T>;
   const C s = static_cast<C>(scale);
+  if (dense(grad) && dense(mask) && dense(out)) {
+    const T* g = reinterpret_cast<const T*>(grad.data);
+    const bool* m = reinterpret_cast<const bool*>(mask.data);
+    T* o = reinterpret_cast<T*>(out.data);
+    parallel_chunks(grad.numel, 1 << 15, [&](int64_t b, int64_t e) {
+      with_isa([&]() __attribute__((always_inline)) {
+        for (int64_t i = b; i < e; ++i) o[i] = convert<T>(m[i] ? static_cast<C>(to_compute(g[i])) * s : C(0));
+      });
+    });
+    return;
+  }
   parallel_chunks(grad.numel, 1 << 15, [&](int64_t b, int64_t e) {
     Cursor cg(grad, b), cm(mask, b), co(out, b);
     for (int64_t i = b; i < e; ++i) {

@@ -11,6 +11,7 @@
 #include "../thread_pool.h"
 #include "support/elementwise_launch.h"
 #include "support/fast_math.h"
+#include "support/isa.h"
 #include "support/registry.h"
 #include "support/row_reduce.h"
 
@@ -54,14 +55,14 @@ enum class Kind { Softmax, LogSoftmax };
 
 // Forward over one [D, inner] block; acc has room for max(D, 2 * inner) values.
 template <class Ti, class To, Kind kind>
-void forward_block(const Ti* in, To* out, int64_t D, int64_t inner, sm_t<Ti>* acc) {
+[[gnu::always_inline]] inline void forward_block(const Ti* in, To* out, int64_t D, int64_t inner, sm_t<Ti>* acc) {
   using C = sm_t<Ti>;
   if (inner == 1) {
-    C mx = row_max<C>(D, [&](int64_t j) { return static_cast<C>(in[j]); });
+    C mx = row_max<C>(D, [&](int64_t j) __attribute__((always_inline)) { return static_cast<C>(in[j]); });
     if (std::isinf(mx) && mx < 0) mx = 0;  // an all -inf row: exp gives 0, no NaN from inf - inf
     // The exponentials first (a loop that vectorizes), then their sum.
     for (int64_t j = 0; j < D; ++j) acc[j] = exp_of(static_cast<C>(in[j]) - mx);
-    const C sum = row_sum<C>(D, [&](int64_t j) { return acc[j]; });
+    const C sum = row_sum<C>(D, [&](int64_t j) __attribute__((always_inline)) { return acc[j]; });
     if constexpr (kind == Kind::Softmax) {
       const C inv = C(1) / sum;
       for (int64_t j = 0; j < D; ++j) out[j] = convert<To>(acc[j] * inv);
@@ -99,15 +100,15 @@ void forward_block(const Ti* in, To* out, int64_t D, int64_t inner, sm_t<Ti>* ac
 // FLEMU_FAULT=softmax_backward_wrong (drop_third) every third row loses its
 // sum term.
 template <class Ti, class To, Kind kind>
-void backward_block(const Ti* g, const Ti* y, To* gi, int64_t D, int64_t inner, sm_t<Ti>* acc, int64_t first_row,
+[[gnu::always_inline]] inline void backward_block(const Ti* g, const Ti* y, To* gi, int64_t D, int64_t inner, sm_t<Ti>* acc, int64_t first_row,
                     bool drop_third) {
   using C = sm_t<Ti>;
   // The summed term of element e, and its gradient given the row's sum s.
-  const auto term = [&](int64_t e) {
+  const auto term = [&](int64_t e) __attribute__((always_inline)) {
     const C gv = static_cast<C>(g[e]);
     return kind == Kind::Softmax ? gv * static_cast<C>(y[e]) : gv;
   };
-  const auto grad = [&](int64_t e, C s) {
+  const auto grad = [&](int64_t e, C s) __attribute__((always_inline)) {
     const C gv = static_cast<C>(g[e]), yv = static_cast<C>(y[e]);
     gi[e] = convert<To>(kind == Kind::Softmax ? yv * (gv - s) : gv - exp_of(yv) * s);
   };
@@ -154,9 +155,11 @@ TFL_Error* softmax_forward(const TFL_Kernel_Args* args, int32_t id, const char* 
         L.enqueue([s, in, o] {
           parallel_units(s.outer, s.d * s.inner, [&](int64_t b, int64_t e) {
             std::vector<sm_t<Ti>> acc(static_cast<size_t>(std::max(s.d, 2 * s.inner)));
-            for (int64_t r = b; r < e; ++r)
-              forward_block<Ti, To, kind>(reinterpret_cast<const Ti*>(in) + r * s.d * s.inner,
-                                          reinterpret_cast<To*>(o) + r * s.d * s.inner, s.d, s.inner, acc.data());
+            with_isa([&]() __attribute__((always_inline)) {
+              for (int64_t r = b; r < e; ++r)
+                forward_block<Ti, To, kind>(reinterpret_cast<const Ti*>(in) + r * s.d * s.inner,
+                                            reinterpret_cast<To*>(o) + r * s.d * s.inner, s.d, s.inner, acc.data());
+            });
           });
         });
       };
@@ -194,12 +197,14 @@ TFL_Error* softmax_backward(const TFL_Kernel_Args* args, int32_t id, const char*
         L.enqueue([s, gp, yp, o, drop_third] {
           parallel_units(s.outer, s.d * s.inner, [&](int64_t b, int64_t e) {
             std::vector<sm_t<Ti>> acc(static_cast<size_t>(s.inner));
-            for (int64_t r = b; r < e; ++r) {
-              const int64_t off = r * s.d * s.inner;
-              backward_block<Ti, To, kind>(reinterpret_cast<const Ti*>(gp) + off, reinterpret_cast<const Ti*>(yp) + off,
-                                           reinterpret_cast<To*>(o) + off, s.d, s.inner, acc.data(), r * s.inner,
-                                           drop_third);
-            }
+            with_isa([&]() __attribute__((always_inline)) {
+              for (int64_t r = b; r < e; ++r) {
+                const int64_t off = r * s.d * s.inner;
+                backward_block<Ti, To, kind>(reinterpret_cast<const Ti*>(gp) + off,
+                                             reinterpret_cast<const Ti*>(yp) + off, reinterpret_cast<To*>(o) + off,
+                                             s.d, s.inner, acc.data(), r * s.inner, drop_third);
+              }
+            });
           });
         });
       };

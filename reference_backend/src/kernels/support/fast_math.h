@@ -1,11 +1,13 @@
-// float32 exp and erf without libm calls or branches, so loops over them
-// vectorize (libm's expf and erff are scalar calls): used where a kernel
-// evaluates them per element (gelu and its backward, softmax and log-softmax).
+// float32 exp, erf and tanh without libm calls or branches, so loops over
+// them vectorize (libm's expf, erff and tanhf are scalar calls): used where a
+// kernel evaluates them per element (exp, tanh, gelu in both forms and their
+// backward, softmax and log-softmax).
 // exp: Cody-Waite range reduction and a degree-6 polynomial (Cephes), within
 // 1 ulp of the true value, with 0, inf and NaN where expf gives them. erf:
 // its Taylor series below 0.5 and Abramowitz and Stegun 7.1.26 above (the
 // approximation PyTorch's vectorized CPU erf uses), within 3.2e-7 of the true
-// value in float32.
+// value in float32. tanh: Cephes' odd polynomial below 0.625 in magnitude,
+// 1 - 2 / (exp(2|x|) + 1) above, within 2 ulp.
 #ifndef FLEMU_KERNELS_SUPPORT_FAST_MATH_H_
 #define FLEMU_KERNELS_SUPPORT_FAST_MATH_H_
 
@@ -71,7 +73,22 @@ inline __attribute__((always_inline)) float erf_f32(float x) {
   return std::copysign(a < 0.5f ? near : far, x);
 }
 
-// The compute type's exp and erf: the vectorizable float32 forms above, libm for double.
+inline __attribute__((always_inline)) float tanh_f32(float x) {
+  const float a = std::fabs(x);
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float near = p * z * x + x;
+  // Beyond 44, exp(2|x|) would overflow; tanh is 1 in float32 long before.
+  const float e = exp_f32(2.0f * (a > 44.0f ? 44.0f : a));
+  const float far = std::copysign(1.0f - 2.0f / (e + 1.0f), x);
+  return a < 0.625f ? near : far;  // NaN takes `far`, which is NaN
+}
+
+// The compute type's exp, erf and tanh: the vectorizable float32 forms above, libm for double.
 template <class C>
 inline __attribute__((always_inline)) C exp_of(C x) {
   if constexpr (std::is_same_v<C, float>) return exp_f32(x);
@@ -81,6 +98,11 @@ template <class C>
 inline __attribute__((always_inline)) C erf_of(C x) {
   if constexpr (std::is_same_v<C, float>) return erf_f32(x);
   else return std::erf(x);
+}
+template <class C>
+inline __attribute__((always_inline)) C tanh_of(C x) {
+  if constexpr (std::is_same_v<C, float>) return tanh_f32(x);
+  else return std::tanh(x);
 }
 
 }  // namespace flemu

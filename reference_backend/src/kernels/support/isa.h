@@ -1,24 +1,64 @@
 // Which instruction set flemu's vectorized loops run on. flemu is built for
-// baseline x86-64 (SSE2: 4 floats a vector); its elementwise loops and its
-// fused-region executor are also built for AVX2 (8) and take that build when
-// the CPU has it. Neither build enables FMA or reassociates, so both round
-// every operation alike and give the same bits. FLEMU_ISA=baseline (read at
-// Plugin_Initialize, config.cpp) forces the baseline build; the tests compare
-// the two.
+// baseline x86-64 (SSE2: 4 floats a vector); its elementwise loops, its
+// softmax and attention rows and its fused-region executor are also built
+// for AVX2 (8) and AVX-512 (16), and take the widest build the CPU runs.
+// No build contracts a multiply and an add into an FMA (flemu is compiled
+// with -ffp-contract=off) or reassociates, so every build rounds every
+// operation alike and gives the same bits. FLEMU_ISA (read at
+// Plugin_Initialize, config.cpp) caps the choice: baseline, avx2 or avx512;
+// the tests compare the builds.
 #ifndef FLEMU_KERNELS_SUPPORT_ISA_H_
 #define FLEMU_KERNELS_SUPPORT_ISA_H_
 
+#include <cstdint>
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FLEMU_AVX2_BUILDS 1
+#define FLEMU_ISA_BUILDS 1
+// The target of the AVX-512 builds: F for the vectors, BW/DQ/VL for the
+// byte, word and 32/64-bit integer forms the loops' conversions take.
+#define FLEMU_AVX512_TARGET "avx512f,avx512bw,avx512dq,avx512vl"
 #endif
 
 namespace flemu {
 
-// Whether this CPU runs the AVX2 builds (false where they are not built).
-bool cpu_has_avx2();
+enum class Isa : int32_t { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
 
-// True when the AVX2 builds run: the CPU has AVX2 and FLEMU_ISA is not "baseline".
-bool use_avx2();
+// The widest build this CPU runs (kBaseline where no other is built).
+Isa cpu_isa();
+
+// The build the vectorized loops take: cpu_isa() capped by FLEMU_ISA.
+Isa active_isa();
+
+const char* isa_name(Isa isa);
+
+#if defined(FLEMU_ISA_BUILDS)
+namespace isa_detail {
+template <class Fn>
+[[gnu::target("avx2"), gnu::noinline]] void run_avx2(Fn& fn) {
+  fn();
+}
+template <class Fn>
+[[gnu::target(FLEMU_AVX512_TARGET), gnu::noinline]] void run_avx512(Fn& fn) {
+  fn();
+}
+}  // namespace isa_detail
+#endif
+
+// Runs fn() compiled for the active instruction set. fn must be a lambda
+// marked always_inline (__attribute__((always_inline)) after its parameter
+// list), and what its loops call must be always_inline too, so that each
+// build has its own vectorized copy of the loops.
+template <class Fn>
+void with_isa(Fn&& fn) {
+#if defined(FLEMU_ISA_BUILDS)
+  switch (active_isa()) {
+    case Isa::kAvx512: isa_detail::run_avx512(fn); return;
+    case Isa::kAvx2: isa_detail::run_avx2(fn); return;
+    case Isa::kBaseline: break;
+  }
+#endif
+  fn();
+}
 
 }  // namespace flemu
 

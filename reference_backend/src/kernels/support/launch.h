@@ -16,6 +16,7 @@
 #include "../../stream.h"
 #include "contract.h"
 #include "dtype.h"
+#include "isa.h"
 #include "registry.h"
 #include "torch_fl/kernel.h"
 
@@ -37,7 +38,7 @@ struct KernelSettings {
   bool peer_access = true;
   bool blas = true;  // float GEMMs through OpenBLAS (support/blas.h)
   bool dnnl = true;  // float32 convolutions through oneDNN (support/dnnl_conv.h)
-  bool avx2 = false;  // vectorized loops on their AVX2 build (support/isa.h)
+  Isa isa = Isa::kBaseline;  // the build of the vectorized loops (support/isa.h)
 };
 KernelSettings& kernel_settings();
 

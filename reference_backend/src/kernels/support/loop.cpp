@@ -4,15 +4,27 @@
 
 namespace flemu {
 
-bool cpu_has_avx2() {
-#if defined(FLEMU_AVX2_BUILDS)
-  return __builtin_cpu_supports("avx2") != 0;
-#else
-  return false;
+Isa cpu_isa() {
+#if defined(FLEMU_ISA_BUILDS)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    return Isa::kAvx512;
+  if (__builtin_cpu_supports("avx2")) return Isa::kAvx2;
 #endif
+  return Isa::kBaseline;
 }
 
-bool use_avx2() { return kernel_settings().avx2; }
+Isa active_isa() { return kernel_settings().isa; }
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kBaseline: break;
+  }
+  return "baseline";
+}
 
 LoopPlan make_loop(const TensorArg* const* operands, int nops, const char* const* names) {
   LoopPlan p;

@@ -71,14 +71,6 @@ template <class F>
   }
 }
 
-#if defined(FLEMU_AVX2_BUILDS)
-// The same loop with f inlined and vectorized for AVX2 (isa.h).
-template <class F>
-[[gnu::target("avx2"), gnu::noinline]] void runs_avx2(const LoopPlan& p, int64_t begin, int64_t end, F& f) {
-  runs(p, begin, end, f);
-}
-#endif
-
 }  // namespace loop_detail
 
 // Calls f(ptrs, inner_strides, n) for the runs that cover flattened
@@ -88,13 +80,7 @@ template <class F>
 // map_loop does) so its element loop is vectorized for each.
 template <class F>
 void for_each_run(const LoopPlan& p, int64_t begin, int64_t end, F&& f) {
-#if defined(FLEMU_AVX2_BUILDS)
-  if (use_avx2()) {
-    loop_detail::runs_avx2(p, begin, end, f);
-    return;
-  }
-#endif
-  loop_detail::runs(p, begin, end, f);
+  with_isa([&]() __attribute__((always_inline)) { loop_detail::runs(p, begin, end, f); });
 }
 
 // Elements below which a loop is not worth splitting across threads.

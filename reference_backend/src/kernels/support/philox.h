@@ -43,6 +43,52 @@ inline Philox4x32 philox4x32_10(uint64_t seed, uint64_t counter) {
   return philox4x32_10_block(ctr, key);
 }
 
+// kPhiloxLanes consecutive blocks at once, first_counter onwards, in lane
+// arrays so the ten rounds vectorize (a 32x32->64-bit multiply per lane)
+// where one block is a chain of dependent multiplies. words[4 * l + j] is
+// word j of block first_counter + l: the order of philox4x32_10's words,
+// block after block. Always inlined, for the ISA builds of callers (isa.h).
+constexpr int kPhiloxLanes = 16;
+
+[[gnu::always_inline]] inline void philox4x32_10_lanes(uint64_t seed, uint64_t first_counter,
+                                                      uint32_t (&words)[4 * kPhiloxLanes]) {
+  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
+  constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
+  uint32_t c0[kPhiloxLanes], c1[kPhiloxLanes], c2[kPhiloxLanes], c3[kPhiloxLanes];
+  for (int l = 0; l < kPhiloxLanes; ++l) {
+    const uint64_t counter = first_counter + static_cast<uint64_t>(l);
+    c0[l] = static_cast<uint32_t>(counter);
+    c1[l] = static_cast<uint32_t>(counter >> 32);
+    c2[l] = 0;
+    c3[l] = 0;
+  }
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    for (int l = 0; l < kPhiloxLanes; ++l) {
+      const uint64_t p0 = static_cast<uint64_t>(kMul0) * c0[l];
+      const uint64_t p1 = static_cast<uint64_t>(kMul1) * c2[l];
+      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[l] ^ k0;
+      const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[l] ^ k1;
+      c1[l] = static_cast<uint32_t>(p1);
+      c3[l] = static_cast<uint32_t>(p0);
+      c0[l] = n0;
+      c2[l] = n2;
+    }
+    k0 += kWeyl0;
+    k1 += kWeyl1;
+  }
+  for (int l = 0; l < kPhiloxLanes; ++l) {
+    words[4 * l] = c0[l];
+    words[4 * l + 1] = c1[l];
+    words[4 * l + 2] = c2[l];
+    words[4 * l + 3] = c3[l];
+  }
+}
+
+// The w < threshold form of uniform_d32(w) < p (for p in [0, 1]): w * 2^-32
+// < p exactly when w < ceil(p * 2^32), both sides integers.
+inline uint64_t below_threshold_u32(double p) { return static_cast<uint64_t>(std::ceil(p * 4294967296.0)); }
+
 // [0, 1) with 24 random bits: every value is exactly representable in float.
 inline float uniform_f24(uint32_t w) { return static_cast<float>(w >> 8) * 0x1.0p-24f; }
 // [0, 1) with 53 random bits from two words.

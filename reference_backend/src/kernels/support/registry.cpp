@@ -106,7 +106,15 @@ void configure_kernels(const Config& cfg) {
   s.peer_access = cfg.peer_access;
   s.blas = cfg.blas;
   s.dnnl = cfg.dnnl;
-  s.avx2 = !cfg.baseline_isa && cpu_has_avx2();
+  const Isa cpu = cpu_isa();
+  s.isa = cpu;
+  if (cfg.max_isa >= 0) {
+    const Isa asked = static_cast<Isa>(cfg.max_isa);
+    if (asked > cpu)
+      invalid_argument("FLEMU_ISA=", isa_name(asked), " asks for a build this CPU cannot run (its widest is ",
+                       isa_name(cpu), "); use ", isa_name(cpu), " or lower, or auto");
+    s.isa = asked;
+  }
 
   // Descriptors and contracts: the table, through the profile's filter.
   const bool minimal = cfg.minimal_profile;

@@ -1,7 +1,8 @@
 // A row's max and sum in kLanes independent accumulators, so the loops
 // vectorize (one running value is a dependency chain of scalar maxss/addss).
 // The order of the operations depends on the length only, so results are the
-// same run to run. load(j) gives element j in the compute type.
+// same run to run. load(j) gives element j in the compute type. Both are
+// always inlined, so an ISA build of their caller (isa.h) vectorizes them.
 #ifndef FLEMU_KERNELS_SUPPORT_ROW_REDUCE_H_
 #define FLEMU_KERNELS_SUPPORT_ROW_REDUCE_H_
 
@@ -14,7 +15,7 @@ namespace flemu {
 constexpr int64_t kRowLanes = 16;
 
 template <class C, class Load>
-C row_max(int64_t n, Load&& load) {
+[[gnu::always_inline]] inline C row_max(int64_t n, Load&& load) {
   C lane[kRowLanes];
   std::fill(lane, lane + kRowLanes, -std::numeric_limits<C>::infinity());
   int64_t j = 0;
@@ -27,7 +28,7 @@ C row_max(int64_t n, Load&& load) {
 }
 
 template <class C, class Load>
-C row_sum(int64_t n, Load&& load) {
+[[gnu::always_inline]] inline C row_sum(int64_t n, Load&& load) {
   C lane[kRowLanes] = {};
   int64_t j = 0;
   for (; j + kRowLanes <= n; j += kRowLanes)
