@@ -28,6 +28,17 @@ struct CallScratch {
   c10::SmallVector<TFL_Value, 8> values;
   c10::SmallVector<std::string, 1> strings;
   c10::SmallVector<const TFL_Tensor*, 4> outputs;    // NULL = not requested
+
+  void clear() {
+    descs.clear();
+    desc_ptrs.clear();
+    ints.clear();
+    doubles.clear();
+    bools.clear();
+    values.clear();
+    strings.clear();
+    outputs.clear();
+  }
 };
 
 // Fills `s` with the kernel's inputs (every argument except out= tensors,

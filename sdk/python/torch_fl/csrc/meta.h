@@ -59,6 +59,9 @@ struct MetaEntry {
 
 struct MetaKey {
   c10::SmallVector<int64_t, 48> words;
+  void clear() {
+    words.clear();
+  }
   bool operator==(const MetaKey& other) const {
     return words.size() == other.words.size() &&
         std::memcmp(words.data(), other.words.data(), words.size() * sizeof(int64_t)) == 0;

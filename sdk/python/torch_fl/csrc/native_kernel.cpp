@@ -8,6 +8,7 @@
 #include "kernel_trace.h"
 #include "marshal.h"
 #include "streams.h"
+#include "thread_scratch.h"
 
 #include <ATen/ATen.h>
 
@@ -104,10 +105,13 @@ void NativeKernel::operator()(
     }
   }
   CallShape call;
-  MetaKey key;
-  scan_call(sig_, args, call, key);
+  std::shared_ptr<const MetaEntry> meta;
   uint64_t setup = 0;
-  const std::shared_ptr<const MetaEntry> meta = metadata(op, args, key, &setup);
+  {
+    ThreadScratch<MetaKey> key;
+    scan_call(sig_, args, call, *key);
+    meta = metadata(op, args, *key, &setup);
+  }
   call.dtype = meta->common_dtype;
   if (call.dtype == c10::ScalarType::Undefined && !meta->outs.empty()) {
     call.dtype = meta->outs[0].dtype;
@@ -192,7 +196,8 @@ bool NativeKernel::launch(
     const Operands& ops,
     std::string* declined,
     uint64_t* in_plugin) const {
-  CallScratch s;
+  ThreadScratch<CallScratch> scratch;
+  CallScratch& s = *scratch;
   marshal_call(sig_, args, call, ops, s);
   KernelCall kernel_call(
       call.device, StreamRegistry::get().current_native(call.device), sig_.name.c_str(),

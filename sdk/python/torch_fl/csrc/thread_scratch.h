@@ -1,0 +1,55 @@
+// Scratch space reused by the consecutive calls of one thread, so that its
+// buffers keep the capacity the largest call needed: a fused optimizer's
+// lists would otherwise allocate (and free) a key and descriptors of
+// hundreds of tensors on every step. A call nested inside another on the
+// same thread (a meta function that runs device ops) gets a fresh one.
+#pragma once
+
+#include <optional>
+
+namespace torch_fl::bridge {
+
+// T provides clear(), which empties it and keeps its capacity.
+template <typename T>
+class ThreadScratch {
+ public:
+  ThreadScratch() {
+    Slot& s = slot();
+    if (s.busy) {
+      fresh_.emplace();
+      value_ = &*fresh_;
+      return;
+    }
+    s.busy = true;
+    s.value.clear();
+    value_ = &s.value;
+  }
+  ~ThreadScratch() {
+    if (!fresh_.has_value()) {
+      slot().busy = false;
+    }
+  }
+  ThreadScratch(const ThreadScratch&) = delete;
+  ThreadScratch& operator=(const ThreadScratch&) = delete;
+
+  T& operator*() {
+    return *value_;
+  }
+  T* operator->() {
+    return value_;
+  }
+
+ private:
+  struct Slot {
+    T value;
+    bool busy = false;
+  };
+  static Slot& slot() {
+    static thread_local Slot s;
+    return s;
+  }
+  T* value_ = nullptr;
+  std::optional<T> fresh_;
+};
+
+} // namespace torch_fl::bridge
