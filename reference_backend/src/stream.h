@@ -42,7 +42,11 @@ class FnTask final : public Task {
   Fn fn_;
 };
 
-// Busy-waits up to `spin_ns` for `ready()`; true when it became ready.
+// Busy-waits up to `spin_ns` for `ready()`; true when it became ready. Every
+// 64 polls it also yields the core: flemu's threads share the host's cores,
+// and a spinning stream or pool thread must not keep the host's thread (or
+// another flemu thread with work) from running. With nothing else runnable
+// the yield returns at once and the poll goes on.
 template <class Ready>
 bool spin_until(Ready&& ready, int64_t spin_ns);
 
@@ -173,7 +177,10 @@ bool spin_until(Ready&& ready, int64_t spin_ns) {
   for (int i = 1;; ++i) {
     cpu_relax();
     if (ready()) return true;
-    if ((i & 63) == 0 && now_ns() >= deadline) return false;
+    if ((i & 63) == 0) {
+      if (now_ns() >= deadline) return false;
+      std::this_thread::yield();
+    }
   }
 }
 
