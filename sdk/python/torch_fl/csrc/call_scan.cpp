@@ -63,8 +63,16 @@ void scan_tensor(
   key.words.push_back(
       static_cast<int64_t>(c10::typeMetaToScalarType(impl->dtype())) | (d.is_cpu() ? 256 : 0) |
       (impl->is_wrapped_number() ? 512 : 0) | (static_cast<int64_t>(sizes.size()) << 16));
-  key.words.append(sizes.begin(), sizes.end());
-  key.words.append(strides.begin(), strides.end());
+  // Element by element: a model's tensors have a few dims, for which a
+  // memcpy call costs more than the copy.
+  const size_t nd = sizes.size();
+  key.words.reserve(key.words.size() + 2 * nd);
+  for (size_t i = 0; i < nd; ++i) {
+    key.words.push_back(sizes[i]);
+  }
+  for (size_t i = 0; i < nd; ++i) {
+    key.words.push_back(strides[i]);
+  }
 }
 
 // Each tensor the common dtype is promoted over, in schema order.
@@ -137,6 +145,20 @@ double double_of(const c10::IValue& v) {
 c10::ScalarType common_dtype(const Signature& sig, c10::ArrayRef<c10::IValue> args) {
   if (!sig.has_tensor_input) {
     return c10::ScalarType::Undefined;
+  }
+  // Tensors of one dtype promote to it, whatever their dims: the common case
+  // (a fused optimizer's hundreds of tensors) costs a compare each.
+  c10::ScalarType first = c10::ScalarType::Undefined;
+  bool uniform = true;
+  for_each_input_tensor(sig, args, [&](const at::Tensor& t) {
+    if (t.defined()) {
+      const c10::ScalarType dtype = t.scalar_type();
+      first = first == c10::ScalarType::Undefined ? dtype : first;
+      uniform = uniform && dtype == first;
+    }
+  });
+  if (uniform) {
+    return first;
   }
   at::native::ResultTypeState promote{};
   for_each_input_tensor(sig, args, [&](const at::Tensor& t) {

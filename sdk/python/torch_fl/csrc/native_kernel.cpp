@@ -121,7 +121,8 @@ void NativeKernel::operator()(
     return;
   }
   OpCounter& counter = counters_.get(call.dtype);
-  Operands ops;
+  ThreadScratch<Operands> scratch;
+  Operands& ops = *scratch;
   uint64_t in_plugin = 0;
   try {
     prepare_operands(rules_, args, *meta, call, ops);

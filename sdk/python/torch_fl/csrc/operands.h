@@ -42,6 +42,15 @@ struct Operands {
   c10::SmallVector<at::Tensor, 4> targets; // what the caller gets back (in-place/out=)
   c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 2> copy_back; // (caller's tensor, temporary)
   int32_t variant = 0; // TFL_KernelVariant the kernel is told (ctx->variant)
+
+  void clear() {
+    inputs.clear();
+    broadcast.clear();
+    outputs.clear();
+    targets.clear();
+    copy_back.clear();
+    variant = 0;
+  }
 };
 
 struct OperandRules {

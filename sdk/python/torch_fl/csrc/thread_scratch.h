@@ -9,7 +9,8 @@
 
 namespace torch_fl::bridge {
 
-// T provides clear(), which empties it and keeps its capacity.
+// T provides clear(), which empties it (releasing what it holds) and keeps
+// its capacity.
 template <typename T>
 class ThreadScratch {
  public:
@@ -26,6 +27,7 @@ class ThreadScratch {
   }
   ~ThreadScratch() {
     if (!fresh_.has_value()) {
+      value_->clear();  // drops what it references (tensors) now, not at the next call
       slot().busy = false;
     }
   }
