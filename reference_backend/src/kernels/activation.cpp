@@ -38,6 +38,10 @@ Approx gelu_approximate(const Launch& L, size_t i) {
 // only; neither calls a library function, so both vectorize.
 template <Approx approx, class C>
 inline C gelu_of(C x) {
+  if constexpr (approx == Approx::None && std::is_same_v<C, float>) {
+    float e;
+    return x * normal_cdf_f32(x, &e);
+  }
   if constexpr (approx == Approx::None) return C(0.5) * x * (C(1) + erf_of(x * C(kSqrt1_2)));
   const C inner = C(kSqrt2OverPi) * (x + C(kGeluKappa) * x * x * x);
   return C(0.5) * x * (C(1) + tanh_of(inner));
@@ -45,6 +49,11 @@ inline C gelu_of(C x) {
 
 template <Approx approx, class C>
 inline C gelu_grad(C g, C x) {
+  if constexpr (approx == Approx::None && std::is_same_v<C, float>) {
+    float e;
+    const float cdf = normal_cdf_f32(x, &e);
+    return g * (cdf + x * (float(kInvSqrt2Pi) * e));
+  }
   if constexpr (approx == Approx::None) {
     const C cdf = C(0.5) * (C(1) + erf_of(x * C(kSqrt1_2)));
     const C pdf = C(kInvSqrt2Pi) * exp_of(C(-0.5) * x * x);

@@ -73,6 +73,21 @@ inline __attribute__((always_inline)) float erf_f32(float x) {
   return std::copysign(a < 0.5f ? near : far, x);
 }
 
+// The standard normal CDF at x, 0.5 * erfc(-x / sqrt(2)), from erfc(a) =
+// t * P(t) * exp(-a^2) (Abramowitz and Stegun 7.1.26, absolute error below
+// 1.5e-7) with a = |x| / sqrt(2): no cancellation for negative x, where
+// 1 + erf(x / sqrt(2)) loses the digits of a small result. *e receives
+// exp(-x^2 / 2), which the standard normal PDF is a multiple of.
+inline __attribute__((always_inline)) float normal_cdf_f32(float x, float* e) {
+  const float a = std::fabs(x) * 0.70710678118654752440f;
+  const float t = 1.0f / (1.0f + 0.3275911f * a);
+  const float poly = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t +
+                      0.254829592f) * t;
+  *e = exp_f32(-a * a);
+  const float half_erfc = 0.5f * poly * *e;
+  return x >= 0.0f ? 1.0f - half_erfc : half_erfc;
+}
+
 inline __attribute__((always_inline)) float tanh_f32(float x) {
   const float a = std::fabs(x);
   const float z = x * x;
