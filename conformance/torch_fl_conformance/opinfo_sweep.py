@@ -627,6 +627,11 @@ class _Sweep:
         if not bad:
             got, want = dev.inputs_after(), ref.inputs_after()
             bad_in, ab2, rel2 = compare(got, want, "output", op, shape_only=shape_only or random)
+            if bad_in and not (shape_only or random):
+                # An out= or in-place tensor holds a result: it gets the output's
+                # allowance for computing wider or summing in another order.
+                bad_in, ab2, rel2 = self._wider(got, want, sample, call, (bad_in, ab2, rel2),
+                                                after=True)
             for m in bad_in:
                 m.where = "input" + m.where.removeprefix("out")
                 m.message = f"after the call: {m.message}"
@@ -634,29 +639,36 @@ class _Sweep:
         return bad, ab, rel
 
     def _wider(self, out: Any, ref: Any, sample: Any, call: Any,
-               plain: tuple[list[Mismatch], float, float]) -> tuple[list[Mismatch], float, float]:
+               plain: tuple[list[Mismatch], float, float],
+               after: bool = False) -> tuple[list[Mismatch], float, float]:
         """A device may compute in a wider type and round once (more accurate than
         the CPU): it passes when it agrees with the CPU's result computed one dtype
         wider and rounded. It may also sum in another order: the class's
-        of_cpu_error allows a multiple of the CPU's own rounding error."""
+        of_cpu_error allows a multiple of the CPU's own rounding error. `after`:
+        `out` and `ref` are the inputs after the call (whole storages), not the
+        outputs."""
         import torch
         from torch.utils._pytree import tree_map
 
         wide_name = _WIDER.get(self.case.dtype)
         if wide_name is None:
             return plain
-        wide = _wide_reference(self, sample, call, getattr(torch, wide_name))
-        if wide is None:
+        wide_run = _wide_run(self, sample, call, getattr(torch, wide_name))
+        if wide_run is None:
+            return plain
+        pick = (lambda x: x) if after else self._pick
+        wide = wide_run.inputs_after() if after else wide_run.out
+        if after and [t.shape for t in wide] != [t.shape for t in out]:
             return plain
         rounded = tree_map(lambda t: t.to(self.dtype) if isinstance(t, torch.Tensor)
                            and t.dtype == getattr(torch, wide_name) else t, wide)
         op = self.case.op
-        got = compare(self._pick(out), self._pick(rounded), "output", op)
+        got = compare(pick(out), pick(rounded), "output", op)
         if not got[0]:
             return got
-        got = compare(self._pick(out), self._pick(ref), "output", op, cpu_error=self._pick(wide))
-        if not got[0]:
-            return got
+        got = compare(pick(out), pick(ref), "output", op, cpu_error=pick(wide))
+        if not got[0] or after:
+            return got if not got[0] else plain
         # The CPU itself may compute differently on a derived layout than on the
         # same values laid out contiguously (another code path, another rounding:
         # a constant batch-norm channel), so its result on a contiguous copy is an
@@ -664,7 +676,7 @@ class _Sweep:
         dense = _contiguous_reference(self, sample, call)
         if dense is None:
             return plain
-        got = compare(self._pick(out), self._pick(dense), "output", op, cpu_error=self._pick(wide))
+        got = compare(pick(out), pick(dense), "output", op, cpu_error=pick(wide))
         return got if not got[0] else plain
 
     def _rerun(self, sample: Any, call: Any) -> Any:
@@ -894,18 +906,19 @@ def _contiguous_reference(sweep: _Sweep, sample: Any, call: Any) -> Any:
         return None
 
 
-def _wide_reference(sweep: _Sweep, sample: Any, call: Any, wide: Any) -> Any:
-    """The CPU result of the call with the sample's tensors of the case's dtype
-    widened to `wide` (exactly), not rounded back; None when the CPU refuses."""
+def _wide_run(sweep: _Sweep, sample: Any, call: Any, wide: Any) -> _Run | None:
+    """The CPU run of the call with the sample's tensors of the case's dtype
+    widened to `wide` (exactly, whole storages, same strides and offsets), not
+    rounded back; None when the CPU refuses."""
     import torch
 
     def up(x: Any) -> Any:
         if isinstance(x, torch.Tensor) and x.dtype == sweep.dtype:
-            return x.detach().to(wide)
+            return variant_forms.widen(x, wide)
         return x.detach() if isinstance(x, torch.Tensor) else x
 
     try:
-        return sweep._cpu(sample.transform(up), call, False).out
+        return sweep._cpu(sample.transform(up), call, False)
     except Exception:  # noqa: BLE001 - no wider reference, the plain bound decides
         return None
 

@@ -98,6 +98,20 @@ def replicate(t: Any, device: Any, requires_grad: bool | None = None) -> Replica
     return Replica(view, flat)
 
 
+def widen(t: Any, dtype: Any) -> Any:
+    """`t` (a CPU tensor) converted exactly to `dtype` with its sizes, strides and
+    storage offset: every element of its storage converted, so a run on it writes
+    where a run on `t` would."""
+    import torch
+
+    src = t.detach()
+    if not _replicable(src):
+        return src.to(dtype)
+    n = src.untyped_storage().nbytes() // max(1, src.element_size())
+    flat = torch.empty(0, dtype=src.dtype).set_(src.untyped_storage(), 0, (n,), (1,))
+    return flat.to(dtype).as_strided(src.shape, src.stride(), src.storage_offset())
+
+
 # -- derivations (CPU side) ----------------------------------------------------
 def _tensors(sample: Any) -> list[Any]:
     import torch

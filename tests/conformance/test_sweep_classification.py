@@ -403,6 +403,36 @@ def test_out_and_inplace_variants_check_what_they_write(device: str) -> None:
     assert wrong["out"].startswith("out= (contiguous out)"), wrong["out"]
 
 
+def _wide_out_op(name: str, error: float) -> OpInfo:
+    """(x + 1) - 1 in bfloat16: the CPU rounds x + 1, the device computes in
+    float32 and rounds once (exactly x), plus `error`; out= and in-place too."""
+
+    def f(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        if _on_device(x):
+            y = ((x.float() + 1) - 1 + error).to(x.dtype)
+            return y if out is None else out.copy_(y)
+        return torch.sub(x + 1, 1, out=out) if out is not None else (x + 1) - 1
+
+    def f_(x: torch.Tensor) -> torch.Tensor:
+        return x.copy_(f(x))
+
+    return OpInfo(name, op=f, sample_inputs_func=_dense_samples, dtypes=(torch.bfloat16,),
+                  supports_autograd=False, supports_out=True, inplace_variant=f_)
+
+
+def test_out_and_inplace_results_computed_wider_pass_like_outputs(device: str) -> None:
+    # Near 0 the CPU's (x + 1) - 1 is off by up to 2**-8 while the device is exact:
+    # the tensors written by out= and in-place forms are results, judged as outputs.
+    case = Case("wide_out", "bfloat16", False, primary=True)
+    ev = evaluate(case, device, None, SEED, NO_SPARSE, op=_wide_out_op("wide_out", 0.0))
+    ran = {k: c.samples for k, c in ev.checks.items()}
+    assert not _checks(ev), ev.checks
+    assert ran.get("out", 0) > 0 and ran.get("inplace", 0) > 0, ran
+    ev = evaluate(Case("wide_out_bad", "bfloat16", False, primary=True), device, None, SEED,
+                  NO_SPARSE, op=_wide_out_op("wide_out_bad", 0.05))
+    assert {"output", "out", "inplace"} <= set(_checks(ev)), ev.checks
+
+
 def test_a_broadcast_operand_is_compared_on_its_own_values(device: str) -> None:
     def bug(x: torch.Tensor) -> torch.Tensor:
         if _on_device(x) and 0 in x.stride():
