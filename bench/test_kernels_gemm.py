@@ -2,7 +2,10 @@
 shapes of the zoo BERT encoder's projections and feed-forward layers (tokens x
 hidden @ hidden x 4*hidden and back), its attention's batched products, and a
 square 512^3. Ratio of medians flemu / CPU (target: <= 1.1x); nothing fails on
-a time."""
+a time. Each side first runs its product 60 times: a fresh process's threads
+may start on one core (flemu's stream thread and pool helper then take turns,
+twice as slow, until the kernel's load balancer moves one, tens of milliseconds
+later), and the figure is the steady state a training run sees."""
 
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ def _product(name: str, device: str) -> Callable[[], None]:
 
 @pytest.mark.parametrize("name", SHAPES)
 def test_gemm_cpu(benchmark, name: str) -> None:  # noqa: ANN001
-    benchmark.pedantic(_product(name, "cpu"), rounds=30, warmup_rounds=3)
+    benchmark.pedantic(_product(name, "cpu"), rounds=40, warmup_rounds=60)
 
 
 @pytest.mark.parametrize("name", SHAPES)
@@ -46,4 +49,4 @@ def test_gemm_flemu(benchmark, name: str) -> None:  # noqa: ANN001
     assert torch_fl.get_plugin() is not None, "the benchmark needs the flemu plugin"
     benchmark.extra_info.update(baseline=f"test_gemm_cpu[{name}]", target=1.1)
     with torch_fl.fallback_mode("error"):
-        benchmark.pedantic(_product(name, "flemu"), rounds=30, warmup_rounds=3)
+        benchmark.pedantic(_product(name, "flemu"), rounds=40, warmup_rounds=60)

@@ -11,6 +11,12 @@ namespace {
 // had gone to sleep woke after the stream thread had taken its part too: a
 // 256x128x512 GEMM took 300 us instead of 125 us.
 constexpr int64_t kHelperSpinNs = 500'000;
+// How long the caller of parallel_for polls for the helpers' last indices
+// before it sleeps until they finish. A helper preempted on the caller's core
+// (three threads share two: the host's, the stream's, a helper) runs only
+// when the caller stops polling: a polling caller stalled GEMMs for a
+// scheduler tick (4 ms) each.
+constexpr int64_t kJoinSpinNs = 20'000;
 std::mutex g_instance_mu;
 std::unique_ptr<ThreadPool> g_instance;
 std::atomic<ThreadPool*> g_instance_ptr{nullptr};
@@ -62,7 +68,12 @@ void ThreadPool::work_on(Job& job) {
       std::lock_guard<std::mutex> lock(job.error_mu);
       if (!job.error) job.error = std::current_exception();
     }
-    job.done.fetch_add(1, std::memory_order_release);
+    if (job.done.fetch_add(1, std::memory_order_acq_rel) + 1 == job.n) {
+      // The caller checks `done` under join_mu before it sleeps: taking the
+      // lock here orders this wake-up after that check or before it.
+      { std::lock_guard<std::mutex> g(job.join_mu); }
+      job.join_cv.notify_one();
+    }
   }
 }
 
@@ -110,9 +121,10 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn)
   work_on(*job);
   // Indices already claimed by helpers finish soon; a helper that arrives
   // later finds none left and never touches `fn`.
-  for (int spins = 1; job->done.load(std::memory_order_acquire) < n; ++spins) {
-    if (spins % 1024 == 0) std::this_thread::yield();  // a helper may have been preempted
-    else cpu_relax();
+  auto finished = [&] { return job->done.load(std::memory_order_acquire) >= n; };
+  if (!spin_until(finished, kJoinSpinNs)) {
+    std::unique_lock<std::mutex> lock(job->join_mu);
+    job->join_cv.wait(lock, finished);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

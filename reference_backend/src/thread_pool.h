@@ -48,6 +48,10 @@ class ThreadPool {
     std::atomic<int64_t> done{0};
     std::mutex error_mu;
     std::exception_ptr error;
+    // The caller sleeps here once it has polled kJoinSpinNs; whoever
+    // finishes the last index wakes it.
+    std::mutex join_mu;
+    std::condition_variable join_cv;
   };
   static void work_on(Job& job);
   void helper_loop();
