@@ -166,13 +166,6 @@ def resnet_peaks(dev: torch.device, resnet_batch: tuple[torch.Tensor, torch.Tens
     return peaks
 
 
-def test_resnet18_step_eager(benchmark: Any, resnet_peaks: dict[str, Any],
-                             resnet_batch: tuple[torch.Tensor, torch.Tensor]) -> None:
-    benchmark.extra_info.update(peak_bytes=resnet_peaks["eager"])
-    model = resnet_peaks["models"]["eager"]
-    benchmark.pedantic(_peak_of_step, args=(model, *resnet_batch), rounds=3, iterations=1)
-
-
 def test_resnet18_step_compiled(benchmark: Any, resnet_peaks: dict[str, Any],
                                 resnet_batch: tuple[torch.Tensor, torch.Tensor]) -> None:
     info = {k: v for k, v in resnet_peaks.items() if k != "models"}

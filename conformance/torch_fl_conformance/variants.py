@@ -89,9 +89,7 @@ def replicate(t: Any, device: Any, requires_grad: bool | None = None) -> Replica
         x = t.detach().to(device) if torch.device(device).type != "cpu" else t.detach().clone()
         return Replica(x.requires_grad_(True) if rg else x, None)
     src = t.detach()
-    n = src.untyped_storage().nbytes() // max(1, src.element_size())
-    flat = torch.empty(0, dtype=src.dtype).set_(src.untyped_storage(), 0, (n,), (1,))
-    flat = flat.to(device, copy=True)
+    flat = _storage_of(src).to(device, copy=True)
     view = flat.as_strided(src.shape, src.stride(), src.storage_offset())
     if rg:
         view = view.detach().requires_grad_(True)
@@ -102,14 +100,18 @@ def widen(t: Any, dtype: Any) -> Any:
     """`t` (a CPU tensor) converted exactly to `dtype` with its sizes, strides and
     storage offset: every element of its storage converted, so a run on it writes
     where a run on `t` would."""
-    import torch
-
     src = t.detach()
     if not _replicable(src):
         return src.to(dtype)
+    return _storage_of(src).to(dtype).as_strided(src.shape, src.stride(), src.storage_offset())
+
+
+def _storage_of(src: Any) -> Any:
+    """The whole storage of `src`, as a 1-d tensor of its dtype (no copy)."""
+    import torch
+
     n = src.untyped_storage().nbytes() // max(1, src.element_size())
-    flat = torch.empty(0, dtype=src.dtype).set_(src.untyped_storage(), 0, (n,), (1,))
-    return flat.to(dtype).as_strided(src.shape, src.stride(), src.storage_offset())
+    return torch.empty(0, dtype=src.dtype).set_(src.untyped_storage(), 0, (n,), (1,))
 
 
 # -- derivations (CPU side) ----------------------------------------------------
@@ -166,15 +168,11 @@ def _transform(sample: Any, fn: Any, only: int | None = None) -> Any:
 def mutated(sample: Any, after: list[Any]) -> frozenset[int]:
     """Positions of the sample's tensors whose storage differs from `after` (the
     same tensors' storages after a call)."""
-    import torch
-
     out = set()
     for i, (t, a) in enumerate(zip(_tensors(sample), after)):
         if not _replicable(t):
             continue
-        src = t.detach()
-        n = src.untyped_storage().nbytes() // max(1, src.element_size())
-        before = torch.empty(0, dtype=src.dtype).set_(src.untyped_storage(), 0, (n,), (1,))
+        before = _storage_of(t.detach())
         if before.shape != a.shape:
             out.add(i)
             continue

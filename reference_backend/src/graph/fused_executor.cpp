@@ -30,7 +30,7 @@ namespace avx2 {
 #pragma GCC pop_options
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl")
+FLEMU_PRAGMA_TARGET(FLEMU_AVX512_TARGET)
 namespace avx512 {
 #include "fused_executor_impl.inc"
 }  // namespace avx512

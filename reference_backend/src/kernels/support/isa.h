@@ -17,6 +17,10 @@
 // The target of the AVX-512 builds: F for the vectors, BW/DQ/VL for the
 // byte, word and 32/64-bit integer forms the loops' conversions take.
 #define FLEMU_AVX512_TARGET "avx512f,avx512bw,avx512dq,avx512vl"
+// `#pragma GCC target(...)` for a region of a file; unlike the pragma
+// written out, it takes a macro (FLEMU_AVX512_TARGET).
+#define FLEMU_PRAGMA_(x) _Pragma(#x)
+#define FLEMU_PRAGMA_TARGET(t) FLEMU_PRAGMA_(GCC target(t))
 #endif
 
 namespace flemu {
