@@ -89,7 +89,7 @@ Arena* Runtime::arena_of(const void* p) {
 std::shared_ptr<Stream> Runtime::create_stream(int32_t index) {
   Device& dev = device(index);
   const uint32_t id = next_stream_id_.fetch_add(1);
-  auto stream = std::make_shared<Stream>(index, id, cfg_.sanitize_us, cfg_.sanitize_seed);
+  auto stream = std::make_shared<Stream>(index, id, cfg_.sanitize_us, cfg_.sanitize_seed, cfg_.check_contracts);
   std::lock_guard<std::mutex> lock(dev.streams_mu);
   dev.streams.push_back(stream);
   return stream;

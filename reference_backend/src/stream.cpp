@@ -48,67 +48,103 @@ int64_t now_ns() {
 // Stream
 // ---------------------------------------------------------------------------
 
-Stream::Stream(int32_t device, uint32_t id, uint32_t sanitize_us, uint64_t sanitize_seed)
-    : device_(device), id_(id), sanitize_us_(sanitize_us),
+Stream::Stream(int32_t device, uint32_t id, uint32_t sanitize_us, uint64_t sanitize_seed,
+               bool check_single_producer)
+    : device_(device), id_(id), sanitize_us_(sanitize_us), check_single_producer_(check_single_producer),
       sanitize_rng_(sanitize_seed ^ (0x9e3779b97f4a7c15ull * (uint64_t{id} + 1))) {
+  tail_chunk_ = head_chunk_ = new Chunk;
   worker_ = std::thread([this] { worker_loop(); });
 }
 
 Stream::~Stream() {
+  stop_requested_.store(true, std::memory_order_seq_cst);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-    stop_requested_.store(true, std::memory_order_release);
+    work_cv_.notify_one();
   }
-  work_cv_.notify_one();
   if (worker_.joinable()) worker_.join();
+  // The worker ran every task; what is left is the chain from its chunk on.
+  for (Chunk* c = head_chunk_; c != nullptr;) {
+    Chunk* next = c->next.load(std::memory_order_acquire);
+    delete c;
+    c = next;
+  }
+  delete spare_.exchange(nullptr, std::memory_order_acquire);
   magic_ = 0;
 }
 
-uint64_t Stream::enqueue(std::unique_ptr<Task> task) {
-  uint64_t seq;
-  bool wake;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(task));
-    seq = submitted_.load(std::memory_order_relaxed) + 1;
-    submitted_.store(seq, std::memory_order_release);
-    wake = worker_sleeping_;
+Stream::Slot& Stream::tail_slot() {
+  if (tail_index_ == kChunkSlots) {
+    Chunk* chunk = spare_.exchange(nullptr, std::memory_order_acquire);
+    if (chunk == nullptr) chunk = new Chunk;
+    else chunk->next.store(nullptr, std::memory_order_relaxed);
+    tail_chunk_->next.store(chunk, std::memory_order_release);
+    tail_chunk_ = chunk;
+    tail_index_ = 0;
   }
-  // A spinning worker sees `submitted_` change; only a sleeping one needs the futex.
-  if (wake) work_cv_.notify_one();
+  return tail_chunk_->slots[tail_index_];
+}
+
+uint64_t Stream::publish() {
+  ++tail_index_;
+  const uint64_t seq = ++produced_;
+  // Sequentially consistent with the worker's going to sleep: either it sees
+  // this task before it sleeps, or this thread sees it asleep and wakes it.
+  submitted_.store(seq, std::memory_order_seq_cst);
+  if (worker_sleeping_.load(std::memory_order_seq_cst)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    work_cv_.notify_one();
+  }
   return seq;
+}
+
+void Stream::wait_for_other_producer() {
+  const uint64_t n = concurrent_enqueues_.fetch_add(1, std::memory_order_relaxed);
+  if (check_single_producer_ && n == 0) {
+    set_error(submitted(), TFL_ERR_INTERNAL,
+              cat("host contract violated: two host threads enqueued onto stream ", id_, " of device ", device_,
+                  " at once (the ABI: the host never enqueues onto one stream from two threads at once)"));
+  }
+  for (int i = 1; producing_.exchange(true, std::memory_order_acquire); ++i) {
+    cpu_relax();
+    if ((i & 63) == 0) std::this_thread::yield();
+  }
 }
 
 void Stream::worker_loop() {
   name_this_thread("flemu-stream");
-  std::deque<std::unique_ptr<Task>> batch;
   uint64_t taken = 0;
-  std::unique_lock<std::mutex> lock(mu_);
+  auto has_work = [&] {
+    return submitted_.load(std::memory_order_seq_cst) != taken || stop_requested_.load(std::memory_order_seq_cst);
+  };
   for (;;) {
-    if (queue_.empty()) {
-      if (stop_) return;
-      lock.unlock();
-      spin_until(
-          [&] {
-            return submitted_.load(std::memory_order_acquire) != taken ||
-                   stop_requested_.load(std::memory_order_acquire);
-          },
-          kWorkerSpinNs);
-      lock.lock();
-      if (queue_.empty() && !stop_) {
-        worker_sleeping_ = true;
-        work_cv_.wait(lock, [&] { return !queue_.empty() || stop_; });
-        worker_sleeping_ = false;
+    const uint64_t available = submitted_.load(std::memory_order_acquire);
+    if (available == taken) {
+      if (stop_requested_.load(std::memory_order_acquire)) {
+        if (submitted_.load(std::memory_order_acquire) == taken) return;
+        continue;
       }
+      if (spin_until(has_work, kWorkerSpinNs)) continue;
+      std::unique_lock<std::mutex> lock(mu_);
+      worker_sleeping_.store(true, std::memory_order_seq_cst);
+      work_cv_.wait(lock, has_work);
+      worker_sleeping_.store(false, std::memory_order_relaxed);
       continue;
     }
-    batch.swap(queue_);
-    lock.unlock();
-    for (auto& task : batch) {
+    while (taken != available) {
+      if (head_index_ == kChunkSlots) {
+        // The producer linked the next chunk before publishing a task in it.
+        Chunk* next = head_chunk_->next.load(std::memory_order_acquire);
+        delete spare_.exchange(head_chunk_, std::memory_order_acq_rel);
+        head_chunk_ = next;
+        head_index_ = 0;
+      }
+      Slot& slot = head_chunk_->slots[head_index_++];
       const uint64_t seq = ++taken;
-      run_task(*task, seq);
-      task.reset();  // release what the task holds before anyone sees it done
+      run_task(*slot.task, seq);
+      // Release what the task holds before anyone sees it done.
+      if (slot.on_heap) delete slot.task;
+      else slot.task->~Task();
       const uint64_t done = completed_.fetch_add(1, std::memory_order_seq_cst) + 1;
       if (done >= wake_at_.load(std::memory_order_seq_cst)) {
         std::lock_guard<std::mutex> g(done_mu_);
@@ -116,8 +152,6 @@ void Stream::worker_loop() {
         done_cv_.notify_all();
       }
     }
-    batch.clear();
-    lock.lock();
   }
 }
 

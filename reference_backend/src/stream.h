@@ -1,5 +1,5 @@
 // Streams and events. A stream is one worker thread draining a FIFO of
-// tasks strictly in order; events are markers in those FIFOs with a
+// tasks strictly in order (a lock-free single-producer queue); events are markers in those FIFOs with a
 // generation count, so that "wait for the event as last recorded" is exact.
 #ifndef FLEMU_STREAM_H_
 #define FLEMU_STREAM_H_
@@ -7,8 +7,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
+#include <new>
 #include <mutex>
 #include <random>
 #include <string>
@@ -58,7 +58,11 @@ void name_this_thread(const char* name);
 
 class Stream : public std::enable_shared_from_this<Stream> {
  public:
-  Stream(int32_t device, uint32_t id, uint32_t sanitize_us, uint64_t sanitize_seed);
+  // check_single_producer: two threads enqueueing at once is reported as a
+  // host contract violation (the stream's pending error) instead of only
+  // being serialized (FLEMU_CHECK_CONTRACTS).
+  Stream(int32_t device, uint32_t id, uint32_t sanitize_us, uint64_t sanitize_seed,
+         bool check_single_producer = false);
   ~Stream();  // drains the queue, then joins the worker
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
@@ -67,12 +71,22 @@ class Stream : public std::enable_shared_from_this<Stream> {
   uint32_t id() const { return id_; }
   bool valid() const { return magic_ == kMagic; }
 
-  // Enqueues a task; returns its sequence number (1, 2, ...). Called by one
-  // host thread at a time per stream (the ABI guarantees it).
-  uint64_t enqueue(std::unique_ptr<Task> task);
+  // Enqueues `fn` as a task; returns its sequence number (1, 2, ...). The
+  // ABI lets one host thread at a time enqueue on a stream; a second one
+  // waits here (and is reported under check_single_producer).
   template <class Fn>
   uint64_t submit(const char* name, Fn&& fn) {
-    return enqueue(std::make_unique<FnTask<std::decay_t<Fn>>>(name, std::forward<Fn>(fn)));
+    using T = FnTask<std::decay_t<Fn>>;
+    ProducerGuard guard(*this);
+    Slot& slot = tail_slot();
+    if constexpr (sizeof(T) <= sizeof(Slot::storage) && alignof(T) <= 16) {
+      slot.task = ::new (static_cast<void*>(slot.storage)) T(name, std::forward<Fn>(fn));
+      slot.on_heap = false;
+    } else {
+      slot.task = new T(name, std::forward<Fn>(fn));
+      slot.on_heap = true;
+    }
+    return publish();
   }
 
   uint64_t submitted() const { return submitted_.load(std::memory_order_acquire); }
@@ -88,10 +102,44 @@ class Stream : public std::enable_shared_from_this<Stream> {
   bool has_error() const { return has_error_.load(std::memory_order_acquire); }
   // Records a failure as if a task with sequence `seq` had failed.
   void set_error(uint64_t seq, int32_t code, std::string message);
+  // How many enqueues found another thread enqueueing on this stream.
+  uint64_t concurrent_enqueues() const { return concurrent_enqueues_.load(std::memory_order_relaxed); }
 
  private:
   static constexpr uint64_t kMagic = 0x464c454d5553544dull;  // "FLEMUSTM"
 
+  // The queue is a chain of chunks of slots, written by the one producer
+  // and read by the worker without a lock. A task is built in its slot when
+  // it fits (a kernel's closure does), else on the heap. The worker hands a
+  // chunk it has finished back as the spare, so a steady stream of launches
+  // cycles through two chunks and allocates nothing.
+  struct alignas(64) Slot {
+    Task* task = nullptr;
+    bool on_heap = false;
+    alignas(16) unsigned char storage[1024 - 16];
+  };
+  static constexpr uint32_t kChunkSlots = 32;
+  struct Chunk {
+    Slot slots[kChunkSlots];
+    std::atomic<Chunk*> next{nullptr};
+  };
+
+  class ProducerGuard {
+   public:
+    explicit ProducerGuard(Stream& s) : s_(s) {
+      if (s_.producing_.exchange(true, std::memory_order_acquire)) s_.wait_for_other_producer();
+    }
+    ~ProducerGuard() { s_.producing_.store(false, std::memory_order_release); }
+    ProducerGuard(const ProducerGuard&) = delete;
+    ProducerGuard& operator=(const ProducerGuard&) = delete;
+
+   private:
+    Stream& s_;
+  };
+
+  Slot& tail_slot();
+  uint64_t publish();
+  void wait_for_other_producer();
   void worker_loop();
   void run_task(Task& task, uint64_t seq);
 
@@ -99,17 +147,27 @@ class Stream : public std::enable_shared_from_this<Stream> {
   const int32_t device_;
   const uint32_t id_;
   const uint32_t sanitize_us_;
+  const bool check_single_producer_;
   std::mt19937_64 sanitize_rng_;
 
-  // Queue: written by the producer. Each group below sits on its own cache
-  // lines so the worker's polling and completions do not slow enqueue.
-  alignas(64) std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::deque<std::unique_ptr<Task>> queue_;
-  bool worker_sleeping_ = false;
-  bool stop_ = false;
-  std::atomic<uint64_t> submitted_{0};
+  // Producer side: touched only by the enqueueing thread.
+  alignas(64) std::atomic<bool> producing_{false};
+  Chunk* tail_chunk_;
+  uint32_t tail_index_ = 0;
+  uint64_t produced_ = 0;
+  std::atomic<uint64_t> concurrent_enqueues_{0};
+
+  // Published by the producer, polled by the worker.
+  alignas(64) std::atomic<uint64_t> submitted_{0};
+  std::atomic<bool> worker_sleeping_{false};
   std::atomic<bool> stop_requested_{false};
+  std::atomic<Chunk*> spare_{nullptr};
+  std::mutex mu_;  // only for the worker's sleep and wake-up
+  std::condition_variable work_cv_;
+
+  // Worker side.
+  alignas(64) Chunk* head_chunk_;
+  uint32_t head_index_ = 0;
 
   // Completion: written by the worker.
   alignas(64) std::atomic<uint64_t> completed_{0};

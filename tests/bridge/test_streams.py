@@ -103,3 +103,40 @@ def test_work_on_two_devices_is_independent() -> None:
     torch.flemu.synchronize(0)
     torch.flemu.synchronize(1)
     assert a.cpu().unique().tolist() == [4.0] and b.cpu().unique().tolist() == [9.0]
+
+
+def test_threads_sharing_a_stream_never_enqueue_at_once() -> None:
+    """PyTorch runs ops with the GIL released, so threads reach the bridge at
+    once; the ABI promises the plugin one enqueueing thread per stream (flemu's
+    queue is single-producer), and flemu under FLEMU_CHECK_CONTRACTS=1 reports
+    two as a pending error. Kernels, event records and waits, and blocking
+    copies all go through the bridge's per-stream guard."""
+    import os
+    import threading
+
+    assert os.environ.get("FLEMU_CHECK_CONTRACTS") == "1"
+    torch.flemu.synchronize()
+    a = torch.arange(64, dtype=torch.float32, device="flemu")
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            stream = torch.flemu.current_stream()
+            event = torch.flemu.Event()
+            for i in range(1500):
+                y = a * 2 + k
+                event.record(stream)
+                stream.wait_event(event)
+                if i % 100 == 0:
+                    got = y.cpu()
+                    assert torch.equal(got, torch.arange(64, dtype=torch.float32) * 2 + k), (k, i)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    torch.flemu.synchronize()  # raises flemu's "host contract violated" if two threads met

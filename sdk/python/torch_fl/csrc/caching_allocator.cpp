@@ -640,6 +640,7 @@ void CachingAllocator::copy_data(void* dest, const void* src, std::size_t count)
   args.size = count;
   args.stream = StreamRegistry::get().current_native(*device);
   args.blocking = 1;
+  EnqueueGuard enqueuing(args.stream, *device);
   plugin.check(plugin.memory().Memory_Copy(&args), "Memory_Copy");
 }
 

@@ -233,7 +233,10 @@ void plugin_memcpy(
   args.size = size;
   args.stream = stream;
   args.blocking = blocking ? 1 : 0;
-  if (TFL_Error* error = plugin.memory().Memory_Copy(&args)) {
+  if (TFL_Error* error = [&] {
+        EnqueueGuard enqueuing(stream);
+        return plugin.memory().Memory_Copy(&args);
+      }()) {
     plugin.check(error, "Memory_Copy");
   }
   if (kind == TFL_COPY_HOST_TO_DEVICE || kind == TFL_COPY_DEVICE_TO_HOST) {

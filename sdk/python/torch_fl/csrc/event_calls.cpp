@@ -1,6 +1,7 @@
 #include "event_calls.h"
 
 #include "loaded_plugin.h"
+#include "streams.h"
 
 namespace torch_fl::bridge {
 
@@ -31,6 +32,7 @@ void record_event(TFL_Event* event, TFL_Stream* stream) {
   args.struct_size = TFL_Event_Record_Args_STRUCT_SIZE;
   args.event = event;
   args.stream = stream;
+  EnqueueGuard enqueuing(stream);
   plugin.check(plugin.stream().Event_Record(&args), "Event_Record");
 }
 
@@ -40,6 +42,7 @@ void stream_wait_event(TFL_Stream* stream, TFL_Event* event) {
   args.struct_size = TFL_Stream_WaitEvent_Args_STRUCT_SIZE;
   args.stream = stream;
   args.event = event;
+  EnqueueGuard enqueuing(stream);
   plugin.check(plugin.stream().Stream_WaitEvent(&args), "Stream_WaitEvent");
 }
 

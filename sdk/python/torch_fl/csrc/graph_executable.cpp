@@ -197,6 +197,7 @@ class GraphExecutable {
     args.outputs = out_ptrs.data();
     args.num_outputs = out_ptrs.size();
     args.stream = StreamRegistry::get().current_native(device_);
+    EnqueueGuard enqueuing(args.stream, device_);
     plugin_->check(g.Graph_Execute(&args), "Graph_Execute");
   }
 

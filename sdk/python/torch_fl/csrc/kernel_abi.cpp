@@ -2,6 +2,7 @@
 
 #include "caching_allocator.h"
 #include "loaded_plugin.h"
+#include "streams.h"
 
 namespace torch_fl::bridge {
 
@@ -158,7 +159,11 @@ bool KernelCall::run(
   args.num_inputs = num_inputs;
   args.outputs = outputs;
   args.num_outputs = num_outputs;
-  TFL_Error* error = fn(&args);
+  TFL_Error* error;
+  {
+    EnqueueGuard enqueuing(ctx_.stream, static_cast<c10::DeviceIndex>(ctx_.device));
+    error = fn(&args);
+  }
   if (error == nullptr) {
     return true;
   }

@@ -6,6 +6,9 @@
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <chrono>
+#include <thread>
+
 namespace torch_fl::bridge {
 
 namespace {
@@ -29,6 +32,7 @@ StreamRegistry& StreamRegistry::get() {
 void StreamRegistry::init(int device_count) {
   device_count_ = device_count;
   streams_ = std::make_unique<Slots[]>(device_count);
+  enqueue_locks_ = std::make_unique<Locks[]>(device_count);
   round_robin_ = std::make_unique<std::atomic<uint32_t>[]>(device_count);
   for (int d = 0; d < device_count; ++d) {
     for (auto& slot : streams_[d]) {
@@ -63,6 +67,50 @@ TFL_Stream* StreamRegistry::native(c10::DeviceIndex device, c10::StreamId id) {
     slot.store(stream, std::memory_order_release);
   }
   return stream;
+}
+
+void EnqueueLock::wait_and_lock(pthread_t me) {
+  for (int i = 1;; ++i) {
+    pthread_t none{};
+    if (owner_.load(std::memory_order_relaxed) == pthread_t{} &&
+        owner_.compare_exchange_weak(none, me, std::memory_order_acquire)) {
+      return;
+    }
+    if (i < 64) {
+      continue;
+    }
+    if (i < 1024) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+
+EnqueueLock* StreamRegistry::enqueue_lock(TFL_Stream* stream, c10::DeviceIndex device) {
+  const int first = device >= 0 && device < device_count_ ? device : 0;
+  const int last = device >= 0 && device < device_count_ ? device + 1 : device_count_;
+  for (int d = first; d < last; ++d) {
+    for (size_t i = 0; i < streams_[d].size(); ++i) {
+      if (streams_[d][i].load(std::memory_order_relaxed) == stream) {
+        return &enqueue_locks_[d][i];
+      }
+    }
+  }
+  return nullptr;
+}
+
+EnqueueGuard::EnqueueGuard(TFL_Stream* stream, c10::DeviceIndex device)
+    : lock_(stream == nullptr ? nullptr : StreamRegistry::get().enqueue_lock(stream, device)) {
+  if (lock_ != nullptr) {
+    lock_->lock();
+  }
+}
+
+EnqueueGuard::~EnqueueGuard() {
+  if (lock_ != nullptr) {
+    lock_->unlock();
+  }
 }
 
 c10::Stream StreamRegistry::default_stream(c10::DeviceIndex device) const {
