@@ -27,6 +27,25 @@ def test_a_native_call_counts_its_plugin_launch_inside_its_host_time() -> None:
     assert "in plugin" in str(scope.table).splitlines()[0]
 
 
+def test_host_times_are_nanoseconds_of_the_wall_clock() -> None:
+    """The op path reads a cycle counter (the TSC) and converts for reports: an
+    operator whose CPU kernel sleeps 50 ms, run through the fallback, counts
+    50 ms and not the counter's ticks (2-4 per nanosecond)."""
+    import time
+
+    lib = torch.library.Library("tfl_clock_test", "DEF")
+    lib.define("nap(Tensor x) -> Tensor")
+    lib.impl("nap", lambda x: (time.sleep(0.05), x.clone())[1], "CPU")
+    x = torch.ones(4, device="flemu")
+    with torch_fl.fallback_mode("silent"):
+        torch.ops.tfl_clock_test.nap(x)  # first use of the op's fallback path
+        with torch_fl.op_stats_scope() as scope:
+            torch.ops.tfl_clock_test.nap(x)
+    row = scope.table.get("tfl_clock_test::nap")
+    assert row.cpu_fallback == 1, scope.table
+    assert 50e6 <= row.time_ns < 90e6, row
+
+
 def test_a_cpu_fallback_spends_nothing_in_a_plugin_kernel() -> None:
     x = torch.rand(8, device="flemu") + 0.5
     with torch_fl.fallback_mode("silent"), torch_fl.op_stats_scope() as scope:

@@ -393,15 +393,15 @@ void run_fallback(
       common_dtype(torch::jit::last(*stack, schema.arguments().size()), schema);
   OpCounter& counter = op_counter(name, dtype);
   const std::string& plugin = active_plugin().name();
-  const uint64_t start = now_ns();
+  const uint64_t start = ticks();
 
   uint64_t setup = 0;
   if (try_decompose(op, name, stack, dtype, &setup)) {
-    counter.add(Path::Decomposed, now_ns() - start - setup);
+    counter.add(Path::Decomposed, ticks() - start - setup);
     return;
   }
   if (returns_view(schema)) {
-    counter.add(Path::Failed, now_ns() - start - setup);
+    counter.add(Path::Failed, ticks() - start - setup);
     TORCH_CHECK_NOT_IMPLEMENTED(
         false, name, " (", dtype_name(dtype), ") is not implemented for the '", plugin,
         "' device and cannot run on the CPU fallback because it returns a view of its "
@@ -409,7 +409,7 @@ void run_fallback(
   }
   const FallbackMode mode = fallback_mode();
   if (mode == FallbackMode::Error) {
-    counter.add(Path::Failed, now_ns() - start - setup);
+    counter.add(Path::Failed, ticks() - start - setup);
     TORCH_CHECK_NOT_IMPLEMENTED(
         false, name, " (", dtype_name(dtype), ") would run on the CPU fallback: ", reason,
         ". TORCH_FL_FALLBACK=error forbids CPU fallbacks; ", what_to_register(op, dtype, plugin),
@@ -419,13 +419,13 @@ void run_fallback(
   try {
     cpu_fallback(op, stack);
   } catch (c10::Error& e) {
-    counter.add(Path::Failed, now_ns() - start - setup, transfer_bytes() - bytes_before);
+    counter.add(Path::Failed, ticks() - start - setup, transfer_bytes() - bytes_before);
     e.add_context(
         name + " is not native on the '" + plugin +
         "' device; this error comes from its CPU fallback");
     throw;
   }
-  counter.add(Path::CpuFallback, now_ns() - start - setup, transfer_bytes() - bytes_before);
+  counter.add(Path::CpuFallback, ticks() - start - setup, transfer_bytes() - bytes_before);
   // Only after the fallback ran: a call the CPU refuses as well (a user error
   // that the meta step caught first) raises its own error without this warning.
   if (mode == FallbackMode::Warn) {

@@ -177,16 +177,16 @@ at::Tensor efficient_zero_tensor(
 
 at::Tensor copy_from_op(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   static OpCounterCache counters("aten::_copy_from");
-  const uint64_t start = now_ns();
+  const uint64_t start = ticks();
   const uint64_t bytes_before = transfer_bytes();
   try {
     copy_from(self, dst, non_blocking);
   } catch (...) {
-    counters.get(dst.scalar_type()).add(Path::Failed, now_ns() - start);
+    counters.get(dst.scalar_type()).add(Path::Failed, ticks() - start);
     throw;
   }
   counters.get(dst.scalar_type())
-      .add(Path::Native, now_ns() - start, transfer_bytes() - bytes_before);
+      .add(Path::Native, ticks() - start, transfer_bytes() - bytes_before);
   return dst;
 }
 

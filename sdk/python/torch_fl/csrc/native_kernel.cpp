@@ -92,7 +92,7 @@ void NativeKernel::operator()(
     const c10::OperatorHandle& op,
     c10::DispatchKeySet ks,
     torch::jit::Stack* stack) {
-  const uint64_t start = now_ns();
+  const uint64_t start = ticks();
   const size_t nargs = sig_.args.size();
   auto args = torch::jit::last(*stack, nargs);
 
@@ -134,11 +134,11 @@ void NativeKernel::operator()(
     }
     write_back(ops);
   } catch (...) {
-    counter.add(Path::Failed, now_ns() - start - setup, 0, in_plugin);
+    counter.add(Path::Failed, ticks() - start - setup, 0, in_plugin);
     throw;
   }
   push_results(stack, nargs, ops, *meta);
-  counter.add(Path::Native, now_ns() - start - setup, 0, in_plugin);
+  counter.add(Path::Native, ticks() - start - setup, 0, in_plugin);
 }
 
 std::shared_ptr<const MetaEntry> NativeKernel::metadata(
@@ -212,10 +212,10 @@ bool NativeKernel::launch(
   if (kernel_trace_recording()) {
     traced.emplace(call.device, sig_.name);
   }
-  const uint64_t entered = now_ns();
+  const uint64_t entered = ticks();
   const bool launched = kernel_call.run(
       spec_.fn, s.values.data(), s.values.size(), s.outputs.data(), s.outputs.size(), declined);
-  *in_plugin = now_ns() - entered;
+  *in_plugin = ticks() - entered;
   if (traced) {
     traced->finish(launched);
   }

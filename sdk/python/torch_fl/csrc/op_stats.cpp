@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <tuple>
 #include <unordered_map>
 #include <map>
@@ -82,9 +86,9 @@ std::vector<OpStatsRow> rows_since(
     row.op = key.first;
     row.dtype = dtype_label(static_cast<c10::ScalarType>(key.second));
     row.calls = now.calls;
-    row.time_ns = now.time_ns;
+    row.time_ns = ticks_to_ns(now.time_ns);
     row.bytes_copied = now.bytes_copied;
-    row.plugin_ns = now.plugin_ns;
+    row.plugin_ns = ticks_to_ns(now.plugin_ns);
     rows.push_back(std::move(row));
   }
   std::sort(rows.begin(), rows.end(), [](const OpStatsRow& a, const OpStatsRow& b) {
@@ -161,14 +165,14 @@ Py_ssize_t loaded_modules() {
 } // namespace
 
 uint64_t setup_ns() {
-  return g_setup_ns.load(std::memory_order_relaxed);
+  return ticks_to_ns(g_setup_ns.load(std::memory_order_relaxed));
 }
 
 uint64_t measure_setup(const std::function<void()>& fn) {
   const Py_ssize_t before = loaded_modules();
-  const uint64_t start = now_ns();
+  const uint64_t start = ticks();
   fn();
-  const uint64_t spent = now_ns() - start;
+  const uint64_t spent = ticks() - start;
   if (loaded_modules() == before) {
     return 0;
   }
@@ -176,11 +180,56 @@ uint64_t measure_setup(const std::function<void()>& fn) {
   return spent;
 }
 
-uint64_t now_ns() {
+namespace clock_detail {
+namespace {
+// CPUID 0x80000007 EDX bit 8: the TSC runs at a constant rate in every
+// power state and is synchronized across cores.
+bool invariant_tsc() {
+#if defined(__x86_64__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_max(0x80000000, nullptr) < 0x80000007) {
+    return false;
+  }
+  __cpuid(0x80000007, a, b, c, d);
+  return (d & (1u << 8)) != 0;
+#else
+  return false;
+#endif
+}
+} // namespace
+
+const bool use_tsc = invariant_tsc();
+
+uint64_t steady_ns() {
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(
           std::chrono::steady_clock::now().time_since_epoch())
           .count());
+}
+} // namespace clock_detail
+
+namespace {
+// Where the TSC's rate is measured from: the library's load. A conversion
+// divides the steady-clock time since then by the ticks since then.
+struct ClockOrigin {
+  uint64_t ticks;
+  uint64_t ns;
+};
+const ClockOrigin g_origin{ticks(), clock_detail::steady_ns()};
+constexpr uint64_t kMinCalibrationNs = 20'000'000;
+} // namespace
+
+uint64_t ticks_to_ns(uint64_t t) {
+  if (!clock_detail::use_tsc || t == 0) {
+    return t;
+  }
+  uint64_t ns = clock_detail::steady_ns();
+  while (ns - g_origin.ns < kMinCalibrationNs) { // only right after loading
+    ns = clock_detail::steady_ns();
+  }
+  const uint64_t elapsed_ticks = ticks() - g_origin.ticks;
+  const double ns_per_tick = static_cast<double>(ns - g_origin.ns) / static_cast<double>(elapsed_ticks);
+  return static_cast<uint64_t>(static_cast<double>(t) * ns_per_tick + 0.5);
 }
 
 } // namespace torch_fl::bridge

@@ -12,6 +12,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
 namespace torch_fl::bridge {
 
 enum class Path : int { Native = 0, Decomposed = 1, CpuFallback = 2, Failed = 3 };
@@ -29,17 +33,17 @@ struct OpCounter {
   std::atomic<uint64_t> time_ns{0};
   std::atomic<uint64_t> bytes_copied{0};
   // Of time_ns: spent inside the plugin's kernel function (its launch), so
-  // the bridge's own share is time_ns - plugin_ns.
+  // the bridge's own share is time_ns - plugin_ns. Both in ticks().
   std::atomic<uint64_t> plugin_ns{0};
 
-  void add(Path path, uint64_t ns, uint64_t bytes = 0, uint64_t in_plugin_ns = 0) {
+  void add(Path path, uint64_t spent_ticks, uint64_t bytes = 0, uint64_t in_plugin_ticks = 0) {
     calls[static_cast<int>(path)].fetch_add(1, std::memory_order_relaxed);
-    time_ns.fetch_add(ns, std::memory_order_relaxed);
+    time_ns.fetch_add(spent_ticks, std::memory_order_relaxed);
     if (bytes != 0) {
       bytes_copied.fetch_add(bytes, std::memory_order_relaxed);
     }
-    if (in_plugin_ns != 0) {
-      plugin_ns.fetch_add(in_plugin_ns, std::memory_order_relaxed);
+    if (in_plugin_ticks != 0) {
+      plugin_ns.fetch_add(in_plugin_ticks, std::memory_order_relaxed);
     }
   }
 };
@@ -88,13 +92,31 @@ class OpCounterCache {
   std::array<std::atomic<OpCounter*>, 64> slots_{};
 };
 
-uint64_t now_ns();
+// The op path's clock, read four times per native call: the invariant TSC
+// where the CPU has one (a read costs ~10 ns, steady_clock's ~25 on a VM),
+// else steady_clock's nanoseconds. Counters and set-up times hold ticks;
+// ticks_to_ns converts them for reports.
+namespace clock_detail {
+extern const bool use_tsc;
+uint64_t steady_ns();
+} // namespace clock_detail
+
+inline uint64_t ticks() {
+#if defined(__x86_64__)
+  if (clock_detail::use_tsc) {
+    return __rdtsc();
+  }
+#endif
+  return clock_detail::steady_ns();
+}
+uint64_t ticks_to_ns(uint64_t ticks);
 
 // One-time set-up: PyTorch's Python meta functions and decompositions
 // import modules on first use (torch._dynamo: seconds). A region of the op
 // path that imported modules is set-up, counted here instead of in the
 // operator that happened to run first. measure_setup runs `fn` and returns
-// the nanoseconds it spent if it imported modules, else 0.
+// the ticks() it spent if it imported modules, else 0; setup_ns() is their
+// total in nanoseconds.
 uint64_t setup_ns();
 uint64_t measure_setup(const std::function<void()>& fn);
 
