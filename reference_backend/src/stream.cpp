@@ -4,6 +4,12 @@
 
 #include <chrono>
 
+#if defined(__linux__)
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "errors.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -18,6 +24,51 @@ namespace {
 constexpr int64_t kWorkerSpinNs = 50'000;
 // How long a waiting thread polls before it sleeps.
 constexpr int64_t kWaiterSpinNs = 20'000;
+
+// The producer publishes a task and then reads whether the worker sleeps; the
+// worker announces its sleep and then reads what was published. Either side
+// needs a full fence between its write and its read, or both can miss the
+// other. With membarrier(2) the worker, which sleeps rarely, pays for both:
+// its heavy fence makes every thread of the process pass a full barrier, so
+// the producer, which publishes every launch, needs only to keep the compiler
+// from reordering (a sequentially consistent store had made each launch wait
+// for the worker's cache line). Without membarrier both sides fence.
+// ThreadSanitizer models no fences: its builds make both accesses
+// sequentially consistent instead.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kFences = false;
+#else
+constexpr bool kFences = true;
+#endif
+constexpr std::memory_order kAnnounce = kFences ? std::memory_order_relaxed : std::memory_order_seq_cst;
+
+bool register_membarrier() {
+#if defined(__linux__) && defined(SYS_membarrier)
+  return kFences && syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+#else
+  return false;
+#endif
+}
+const bool g_asymmetric_fences = register_membarrier();
+
+inline void light_fence() {
+  if constexpr (kFences) {
+    if (g_asymmetric_fences) std::atomic_signal_fence(std::memory_order_seq_cst);
+    else std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+}
+
+// False when the heavy fence failed (membarrier refused after a fork, say):
+// the caller then must not rely on the producer seeing it asleep.
+bool heavy_fence() {
+  if constexpr (kFences) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+#if defined(__linux__) && defined(SYS_membarrier)
+    if (g_asymmetric_fences) return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+#endif
+  }
+  return true;
+}
 }  // namespace
 
 void cpu_relax() {
@@ -88,10 +139,11 @@ Stream::Slot& Stream::tail_slot() {
 uint64_t Stream::publish() {
   ++tail_index_;
   const uint64_t seq = ++produced_;
-  // Sequentially consistent with the worker's going to sleep: either it sees
-  // this task before it sleeps, or this thread sees it asleep and wakes it.
-  submitted_.store(seq, std::memory_order_seq_cst);
-  if (worker_sleeping_.load(std::memory_order_seq_cst)) {
+  // Either the worker sees this task before it sleeps, or this thread sees it
+  // asleep and wakes it (register_membarrier above).
+  submitted_.store(seq, kFences ? std::memory_order_release : std::memory_order_seq_cst);
+  light_fence();
+  if (worker_sleeping_.load(kAnnounce)) {
     std::lock_guard<std::mutex> lock(mu_);
     work_cv_.notify_one();
   }
@@ -126,8 +178,13 @@ void Stream::worker_loop() {
       }
       if (spin_until(has_work, kWorkerSpinNs)) continue;
       std::unique_lock<std::mutex> lock(mu_);
-      worker_sleeping_.store(true, std::memory_order_seq_cst);
-      work_cv_.wait(lock, has_work);
+      worker_sleeping_.store(true, kAnnounce);
+      if (heavy_fence()) {
+        work_cv_.wait(lock, has_work);
+      } else {
+        // Not announced for sure: poll again after a while.
+        work_cv_.wait_for(lock, std::chrono::milliseconds(1), has_work);
+      }
       worker_sleeping_.store(false, std::memory_order_relaxed);
       continue;
     }

@@ -1,11 +1,12 @@
 // flemu's stream queue on its own (built from src/stream.cpp, no library or
 // torch): tasks run once each, in enqueue order, across chunk boundaries and
 // chunk recycling, whether built in their slot or on the heap; a sleeping
-// worker wakes; destruction drains; a task's captures are released before it
-// counts as done; a failing task becomes the pending error; two threads
-// enqueueing at once are serialized and, when asked, reported as a host
-// contract violation. Prints "N checks, F failures". A watchdog aborts a run
-// that hangs (a lost wake-up).
+// worker wakes, also for a task enqueued just as it goes to sleep;
+// destruction drains; a task's captures are released before it counts as
+// done; a failing task becomes the pending error; two threads enqueueing at
+// once are serialized and, when asked, reported as a host contract
+// violation. Prints "N checks, F failures". A watchdog aborts a run that
+// hangs (a lost wake-up).
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -94,6 +95,19 @@ void sleeping_worker_wakes() {
     s.wait(s.submit("wake", [&count] { count.fetch_add(1); }));
   }
   expect(count.load() == 20, "a task enqueued on a sleeping worker runs (20 rounds)");
+}
+
+// Enqueues land around the moment the worker stops polling (50 us) and goes
+// to sleep: a wake-up lost in that window hangs the wait (the watchdog).
+void wake_race() {
+  flemu::Stream s(0, 9, 0, 0);
+  int ran = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const int64_t until = flemu::now_ns() + 35'000 + (i % 31) * 1'000;
+    while (flemu::now_ns() < until) flemu::cpu_relax();
+    s.wait(s.submit("wake", [&ran] { ++ran; }));
+  }
+  expect(ran == 3000, "3000 enqueues around the worker's going to sleep all ran");
 }
 
 void destruction_drains() {
@@ -213,6 +227,7 @@ int main() {
   order_across_chunks();
   producer_far_ahead();
   sleeping_worker_wakes();
+  wake_race();
   destruction_drains();
   captures_released_before_done();
   failures_become_the_pending_error();

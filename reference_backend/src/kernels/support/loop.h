@@ -24,6 +24,22 @@ struct LoopPlan {
   int64_t sizes[kMaxLoopDims];
   int64_t strides[kMaxOperands][kMaxLoopDims];  // bytes; the last dim is the inner one
   char* data[kMaxOperands];
+
+  LoopPlan() = default;
+  // A copy carries only the dims and operands in use: a kernel's task holds
+  // its plan, and a 1-d binary op's is then 80 bytes to write, not 688.
+  LoopPlan(const LoopPlan& o) { *this = o; }
+  LoopPlan& operator=(const LoopPlan& o) {
+    ndim = o.ndim;
+    nops = o.nops;
+    numel = o.numel;
+    std::copy_n(o.sizes, ndim, sizes);
+    for (int k = 0; k < nops; ++k) {
+      std::copy_n(o.strides[k], ndim, strides[k]);
+      data[k] = o.data[k];
+    }
+    return *this;
+  }
 };
 
 // Operand 0 (normally the output) gives the iteration shape; each other
