@@ -2,12 +2,13 @@
 
 #include <pthread.h>
 
+#include <unistd.h>
+
 #include <chrono>
 
 #if defined(__linux__)
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
-#include <unistd.h>
 #endif
 
 #include "errors.h"
@@ -42,30 +43,68 @@ constexpr bool kFences = true;
 #endif
 constexpr std::memory_order kAnnounce = kFences ? std::memory_order_relaxed : std::memory_order_seq_cst;
 
-bool register_membarrier() {
+// Registering for membarrier takes milliseconds (the kernel waits for an RCU
+// grace period), so a helper thread does it when the first stream is made,
+// off the host's path. Until it is done, producers fence fully and a worker
+// that goes to sleep wakes after a millisecond to look again.
+enum class Barrier : int { kPending, kRegistered, kUnavailable };
+std::atomic<Barrier> g_barrier{Barrier::kPending};
+
+class BarrierRegistration {
+ public:
+  void start() {
+    std::call_once(once_, [this] {
+      pid_ = getpid();
+      thread_ = std::thread([] {
 #if defined(__linux__) && defined(SYS_membarrier)
-  return kFences && syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+        const bool ok = kFences && syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 #else
-  return false;
+        const bool ok = false;
 #endif
-}
-const bool g_asymmetric_fences = register_membarrier();
+        g_barrier.store(ok ? Barrier::kRegistered : Barrier::kUnavailable, std::memory_order_release);
+      });
+    });
+  }
+  // Joined at unload or exit; a forked child has no such thread to join.
+  ~BarrierRegistration() {
+    if (!thread_.joinable()) return;
+    if (getpid() == pid_) thread_.join();
+    else thread_.detach();
+  }
+
+ private:
+  std::once_flag once_;
+  pid_t pid_ = 0;
+  std::thread thread_;
+};
+BarrierRegistration g_registration;
 
 inline void light_fence() {
   if constexpr (kFences) {
-    if (g_asymmetric_fences) std::atomic_signal_fence(std::memory_order_seq_cst);
-    else std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (g_barrier.load(std::memory_order_relaxed) == Barrier::kRegistered)
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    else
+      std::atomic_thread_fence(std::memory_order_seq_cst);
   }
 }
 
-// False when the heavy fence failed (membarrier refused after a fork, say):
-// the caller then must not rely on the producer seeing it asleep.
+// True when every producer is sure to see the announced sleep or to have its
+// task seen: the membarrier ran, or no producer skips its fence. False while
+// registration is pending or when membarrier failed (refused after a fork,
+// say): the worker then sleeps for at most a millisecond.
 bool heavy_fence() {
   if constexpr (kFences) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
+    switch (g_barrier.load(std::memory_order_acquire)) {
+      case Barrier::kPending: return false;
+      case Barrier::kUnavailable: return true;
+      case Barrier::kRegistered:
 #if defined(__linux__) && defined(SYS_membarrier)
-    if (g_asymmetric_fences) return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+        return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+#else
+        return false;
 #endif
+    }
   }
   return true;
 }
@@ -104,6 +143,7 @@ Stream::Stream(int32_t device, uint32_t id, uint32_t sanitize_us, uint64_t sanit
     : device_(device), id_(id), sanitize_us_(sanitize_us), check_single_producer_(check_single_producer),
       sanitize_rng_(sanitize_seed ^ (0x9e3779b97f4a7c15ull * (uint64_t{id} + 1))) {
   tail_chunk_ = head_chunk_ = new Chunk;
+  g_registration.start();
   worker_ = std::thread([this] { worker_loop(); });
 }
 
