@@ -136,24 +136,42 @@ class DeviceCache {
   }
 
   void free(Block* block) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    block->allocated = false;
-    const bool small = block->small;
-    downdate(stats_.allocation, small, 1);
-    downdate(stats_.allocated_bytes, small, block->size);
-    downdate(stats_.requested_bytes, small, block->requested);
-    if (!block->stream_uses.empty() && !plugin_gone()) {
-      // Other streams may still read the memory: only the events recorded
-      // now on those streams tell when it is safe to reuse.
-      for (c10::StreamId use : block->stream_uses) {
-        TFL_Event* event = take_event();
-        record_event(event, StreamRegistry::get().native(device_, use));
-        pending_.emplace_back(event, block);
-        ++block->pending_events;
+    std::vector<std::pair<TFL_Event*, c10::StreamId>> to_record;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      block->allocated = false;
+      const bool small = block->small;
+      downdate(stats_.allocation, small, 1);
+      downdate(stats_.allocated_bytes, small, block->size);
+      downdate(stats_.requested_bytes, small, block->requested);
+      if (block->stream_uses.empty() || plugin_gone()) {
+        free_locked(block);
+        return;
       }
+      // Other streams may still read the memory: only the events recorded
+      // now on those streams tell when it is safe to reuse. Until they are
+      // pending, the block's count keeps it out of every pool and merge.
+      for (c10::StreamId use : block->stream_uses) {
+        to_record.emplace_back(take_event(), use);
+      }
+      block->pending_events += static_cast<int>(to_record.size());
       block->stream_uses.clear();
-      return;
     }
+    // Recorded without the allocator's lock: recording takes the stream's
+    // enqueue guard, which a thread launching a kernel holds while the plugin
+    // allocates its workspace here (the other order would deadlock).
+    for (const auto& [event, use] : to_record) {
+      record_event(event, StreamRegistry::get().native(device_, use));
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [event, use] : to_record) {
+      pending_.emplace_back(event, block);
+    }
+  }
+
+  // free() of a block no other stream uses. Caller holds mutex_.
+  void free_locked(Block* block) {
+    const bool small = block->small;
     if (plugin_gone()) {
       release_to_pool(block);
       return;
