@@ -223,13 +223,16 @@ uint64_t ticks_to_ns(uint64_t t) {
   if (!clock_detail::use_tsc || t == 0) {
     return t;
   }
-  uint64_t ns = clock_detail::steady_ns();
-  while (ns - g_origin.ns < kMinCalibrationNs) { // only right after loading
-    ns = clock_detail::steady_ns();
-  }
-  const uint64_t elapsed_ticks = ticks() - g_origin.ticks;
-  const double ns_per_tick = static_cast<double>(ns - g_origin.ns) / static_cast<double>(elapsed_ticks);
-  return static_cast<uint64_t>(static_cast<double>(t) * ns_per_tick + 0.5);
+  // Measured once, so that every conversion uses one rate and a sum of
+  // times never converts to less than one of its parts.
+  static const double ns_per_tick = [] {
+    uint64_t ns = clock_detail::steady_ns();
+    while (ns - g_origin.ns < kMinCalibrationNs) { // only right after loading
+      ns = clock_detail::steady_ns();
+    }
+    return static_cast<double>(ns - g_origin.ns) / static_cast<double>(ticks() - g_origin.ticks);
+  }();
+  return static_cast<uint64_t>(static_cast<double>(t) * ns_per_tick);
 }
 
 } // namespace torch_fl::bridge
