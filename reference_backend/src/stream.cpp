@@ -180,7 +180,7 @@ uint64_t Stream::publish() {
   ++tail_index_;
   const uint64_t seq = ++produced_;
   // Either the worker sees this task before it sleeps, or this thread sees it
-  // asleep and wakes it (register_membarrier above).
+  // asleep and wakes it (light_fence and heavy_fence above).
   submitted_.store(seq, kFences ? std::memory_order_release : std::memory_order_seq_cst);
   light_fence();
   if (worker_sleeping_.load(kAnnounce)) {

@@ -1,6 +1,7 @@
 // Streams and events. A stream is one worker thread draining a FIFO of
-// tasks strictly in order (a lock-free single-producer queue); events are markers in those FIFOs with a
-// generation count, so that "wait for the event as last recorded" is exact.
+// tasks strictly in order (a lock-free single-producer queue); events are
+// markers in those FIFOs with a generation count, so that "wait for the
+// event as last recorded" is exact.
 #ifndef FLEMU_STREAM_H_
 #define FLEMU_STREAM_H_
 

@@ -233,11 +233,9 @@ void plugin_memcpy(
   args.size = size;
   args.stream = stream;
   args.blocking = blocking ? 1 : 0;
-  if (TFL_Error* error = [&] {
-        EnqueueGuard enqueuing(stream);
-        return plugin.memory().Memory_Copy(&args);
-      }()) {
-    plugin.check(error, "Memory_Copy");
+  {
+    EnqueueGuard enqueuing(stream);
+    plugin.check(plugin.memory().Memory_Copy(&args), "Memory_Copy");
   }
   if (kind == TFL_COPY_HOST_TO_DEVICE || kind == TFL_COPY_DEVICE_TO_HOST) {
     transfer_bytes() += size;

@@ -4,15 +4,15 @@
 
 #include <algorithm>
 #include <chrono>
-
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 #include <tuple>
 #include <unordered_map>
 #include <map>
 #include <memory>
 #include <mutex>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 namespace torch_fl::bridge {
 

@@ -14,9 +14,9 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include <pthread.h>
-#include <vector>
 
 namespace torch_fl::bridge {
 
