@@ -85,6 +85,39 @@ def test_freed_small_blocks_merge_before_the_cache_grows() -> None:
     assert torch.flemu.memory_stats()["segment.small_pool.current"] == base["segment.small_pool.current"]
 
 
+def test_a_request_nothing_fits_splits_a_larger_freed_block_and_keeps_the_other_bins() -> None:
+    # A fresh process: four 512 KiB blocks fill one 2 MiB segment, so no pool
+    # block is left. The last one freed of two 512 KiB blocks serves a 256 KiB
+    # request; the other still waits in its bin for the next 512 KiB request
+    # (merging every freed block instead would hand that request a block at
+    # another address, and the step after would find its bins empty again).
+    out = assert_ok(run_python(
+        """
+        import json, torch
+        xs = [torch.empty(1 << 17, device="flemu") for _ in range(4)]
+        ptrs = [x.data_ptr() for x in xs]
+        segments = torch.flemu.memory_stats()["segment.small_pool.current"]
+        del xs[0]  # freed first
+        del xs[0]  # then the second block
+        quarter = torch.empty(1 << 16, device="flemu")
+        half = torch.empty(1 << 17, device="flemu")
+        quarter.fill_(1.0)
+        half.fill_(2.0)
+        print(json.dumps({
+            "ptrs": ptrs, "quarter": quarter.data_ptr(), "half": half.data_ptr(),
+            "segments": [segments, torch.flemu.memory_stats()["segment.small_pool.current"]],
+            "values": [quarter.sum().item(), half.sum().item(), xs[0].numel()],
+        }))
+        """))
+    result = json.loads(out.splitlines()[-1])
+    ptrs = result["ptrs"]
+    assert sorted(ptrs) == [ptrs[0] + i * (512 << 10) for i in range(4)], result  # one segment, in order
+    assert result["quarter"] == ptrs[1], result
+    assert result["half"] == ptrs[0], result
+    assert result["segments"][0] == result["segments"][1] == 1, result
+    assert result["values"] == [float(1 << 16), 2.0 * (1 << 17), 1 << 17], result
+
+
 def test_a_block_freed_on_one_stream_is_not_handed_to_another() -> None:
     s = torch.flemu.Stream()
     with torch.flemu.stream(s):

@@ -115,6 +115,9 @@ class DeviceCache {
     if (block == nullptr) {
       block = take_from_pool(size, stream, small);
     }
+    if (block == nullptr && small) {
+      block = take_larger_binned(size, stream);
+    }
     if (block == nullptr && binned_ > 0) {
       // Blocks waiting in bins of other sizes may merge into one that fits.
       flush_bins();
@@ -397,7 +400,12 @@ class DeviceCache {
   }
 
   std::vector<Block*>& bin_for(size_t rounded, bool small) {
-    return small ? small_bins_[rounded / kMinBlockSize] : large_bins_[rounded];
+    if (!small) {
+      return large_bins_[rounded];
+    }
+    const size_t index = rounded / kMinBlockSize;
+    filled_small_bins_[index / 64] |= uint64_t{1} << (index % 64);
+    return small_bins_[index];
   }
 
   Block* take_binned(size_t size, c10::StreamId stream) {
@@ -415,14 +423,44 @@ class DeviceCache {
       }
       bin = &it->second;
     }
-    for (size_t i = bin->size(); i-- > 0;) {
-      Block* block = (*bin)[i];
+    return take_from_bin(*bin, stream);
+  }
+
+  // The block of `bin` last freed on `stream`, if any.
+  Block* take_from_bin(std::vector<Block*>& bin, c10::StreamId stream) {
+    for (size_t i = bin.size(); i-- > 0;) {
+      Block* block = bin[i];
       if (block->stream == stream) {
-        (*bin)[i] = bin->back();
-        bin->pop_back();
+        bin[i] = bin.back();
+        bin.pop_back();
         block->binned = false;
         --binned_;
         return block;
+      }
+    }
+    return nullptr;
+  }
+
+  // The smallest binned small block above `size` for `stream`, split to
+  // size (the rest goes to the pool). Taken before flushing every bin into
+  // the pools: a flush merges what the bins hold, so the next step finds its
+  // sizes' bins empty and flushes again; splitting one block keeps the rest.
+  Block* take_larger_binned(size_t size, c10::StreamId stream) {
+    if (binned_ == 0) {
+      return nullptr;
+    }
+    const size_t first = size / kMinBlockSize + 1;
+    for (size_t word = first / 64; word < filled_small_bins_.size(); ++word) {
+      uint64_t bits = filled_small_bins_[word];
+      if (word == first / 64) {
+        bits &= ~uint64_t{0} << (first % 64);
+      }
+      for (; bits != 0; bits &= bits - 1) {
+        const size_t index = word * 64 + static_cast<size_t>(__builtin_ctzll(bits));
+        if (Block* block = take_from_bin(small_bins_[index], stream)) {
+          split(block, size);
+          return block;
+        }
       }
     }
     return nullptr;
@@ -481,10 +519,12 @@ class DeviceCache {
       }
       bin.clear();
     };
-    for (std::vector<Block*>& bin : small_bins_) {
-      if (!bin.empty()) {
-        drain(bin);
+    // Only the bins that received a block since the last flush.
+    for (size_t word = 0; word < filled_small_bins_.size(); ++word) {
+      for (uint64_t bits = filled_small_bins_[word]; bits != 0; bits &= bits - 1) {
+        drain(small_bins_[word * 64 + static_cast<size_t>(__builtin_ctzll(bits))]);
       }
+      filled_small_bins_[word] = 0;
     }
     for (auto& [size, bin] : large_bins_) {
       drain(bin);
@@ -590,6 +630,9 @@ class DeviceCache {
   Pool large_pool_;
   // Free blocks by the rounded request they served (small: by size / 512).
   std::array<std::vector<Block*>, kSmallSize / kMinBlockSize + 1> small_bins_;
+  // Bit i: small_bins_[i] received a block since the last flush (it may
+  // have been emptied since).
+  std::array<uint64_t, (kSmallSize / kMinBlockSize + 1 + 63) / 64> filled_small_bins_{};
   std::unordered_map<size_t, std::vector<Block*>> large_bins_;
   size_t binned_ = 0;
   std::map<const char*, size_t> segments_; // base -> bytes of each segment reserved from the plugin

@@ -60,18 +60,18 @@ void scan_tensor(
   const auto sizes = impl->sizes();
   const auto strides = impl->strides();
   call.max_dims = std::max(call.max_dims, sizes.size());
-  key.words.push_back(
-      static_cast<int64_t>(c10::typeMetaToScalarType(impl->dtype())) | (d.is_cpu() ? 256 : 0) |
-      (impl->is_wrapped_number() ? 512 : 0) | (static_cast<int64_t>(sizes.size()) << 16));
-  // Element by element: a model's tensors have a few dims, for which a
-  // memcpy call costs more than the copy.
+  // One size change, then plain stores: a model's tensors have a few dims,
+  // for which a memcpy call (or a capacity check per word) costs more than
+  // the copy.
   const size_t nd = sizes.size();
-  key.words.reserve(key.words.size() + 2 * nd);
+  const size_t at = key.words.size();
+  key.words.resize_for_overwrite(at + 1 + 2 * nd);
+  int64_t* w = key.words.data() + at;
+  w[0] = static_cast<int64_t>(c10::typeMetaToScalarType(impl->dtype())) | (d.is_cpu() ? 256 : 0) |
+      (impl->is_wrapped_number() ? 512 : 0) | (static_cast<int64_t>(nd) << 16);
   for (size_t i = 0; i < nd; ++i) {
-    key.words.push_back(sizes[i]);
-  }
-  for (size_t i = 0; i < nd; ++i) {
-    key.words.push_back(strides[i]);
+    w[1 + i] = sizes[i];
+    w[1 + nd + i] = strides[i];
   }
 }
 
