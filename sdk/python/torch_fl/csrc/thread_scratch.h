@@ -15,6 +15,8 @@ template <typename T>
 class ThreadScratch {
  public:
   ThreadScratch() {
+    // The slot is looked up once (a thread_local of a shared library costs
+    // a call to find): the destructor uses the pointer.
     Slot& s = slot();
     if (s.busy) {
       fresh_.emplace();
@@ -24,11 +26,12 @@ class ThreadScratch {
     s.busy = true;
     s.value.clear();
     value_ = &s.value;
+    slot_ = &s;
   }
   ~ThreadScratch() {
-    if (!fresh_.has_value()) {
+    if (slot_ != nullptr) {
       value_->clear();  // drops what it references (tensors) now, not at the next call
-      slot().busy = false;
+      slot_->busy = false;
     }
   }
   ThreadScratch(const ThreadScratch&) = delete;
@@ -51,6 +54,7 @@ class ThreadScratch {
     return s;
   }
   T* value_ = nullptr;
+  Slot* slot_ = nullptr; // null: a nested call's fresh value
   std::optional<T> fresh_;
 };
 
