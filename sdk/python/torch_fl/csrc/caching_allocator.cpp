@@ -449,21 +449,32 @@ class DeviceCache {
     if (binned_ == 0) {
       return nullptr;
     }
-    const size_t first = size / kMinBlockSize + 1;
+    Block* block = nullptr;
+    visit_filled_small_bins(size / kMinBlockSize + 1, [&](std::vector<Block*>& bin) {
+      block = take_from_bin(bin, stream);
+      return block != nullptr;
+    });
+    if (block != nullptr) {
+      split(block, size);
+    }
+    return block;
+  }
+
+  // Calls visit(bin) on each small bin from index `first` up that received a
+  // block since the last flush, smallest first, until visit returns true.
+  template <typename F>
+  void visit_filled_small_bins(size_t first, F visit) {
     for (size_t word = first / 64; word < filled_small_bins_.size(); ++word) {
       uint64_t bits = filled_small_bins_[word];
       if (word == first / 64) {
         bits &= ~uint64_t{0} << (first % 64);
       }
       for (; bits != 0; bits &= bits - 1) {
-        const size_t index = word * 64 + static_cast<size_t>(__builtin_ctzll(bits));
-        if (Block* block = take_from_bin(small_bins_[index], stream)) {
-          split(block, size);
-          return block;
+        if (visit(small_bins_[word * 64 + static_cast<size_t>(__builtin_ctzll(bits))])) {
+          return;
         }
       }
     }
-    return nullptr;
   }
 
   // A free pool block of at least `size` for `stream`, split to size.
@@ -520,12 +531,11 @@ class DeviceCache {
       bin.clear();
     };
     // Only the bins that received a block since the last flush.
-    for (size_t word = 0; word < filled_small_bins_.size(); ++word) {
-      for (uint64_t bits = filled_small_bins_[word]; bits != 0; bits &= bits - 1) {
-        drain(small_bins_[word * 64 + static_cast<size_t>(__builtin_ctzll(bits))]);
-      }
-      filled_small_bins_[word] = 0;
-    }
+    visit_filled_small_bins(0, [&](std::vector<Block*>& bin) {
+      drain(bin);
+      return false;
+    });
+    filled_small_bins_.fill(0);
     for (auto& [size, bin] : large_bins_) {
       drain(bin);
     }
