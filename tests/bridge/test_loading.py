@@ -183,6 +183,26 @@ def test_autoload_registers_flemu_at_import_torch() -> None:
     assert "entry point" in out, out
 
 
+def test_autoload_imports_neither_the_doctor_nor_the_prober() -> None:
+    # `import torch` pays for what registering needs: the health check and the
+    # probing code (with their dataclasses) load on first use.
+    out = assert_ok(run_python(
+        """
+        import json, sys, torch
+        loaded = {m: m in sys.modules for m in
+                  ("torch_fl.tooling.doctor", "torch_fl.tooling.probe", "torch_fl.tooling.probe_cache")}
+        import torch_fl
+        check = torch_fl.test_compatibility
+        print(json.dumps({"loaded": loaded, "plugin": torch_fl.get_plugin().name,
+                          "doctor": check.__module__, "in_all": "test_compatibility" in torch_fl.__all__}))
+        """))
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["plugin"] == "flemu", result
+    assert result["loaded"] == {"torch_fl.tooling.doctor": False, "torch_fl.tooling.probe": False,
+                                "torch_fl.tooling.probe_cache": True}, result
+    assert result["doctor"] == "torch_fl.tooling.doctor" and result["in_all"], result
+
+
 def test_autoload_off_leaves_privateuse1_alone() -> None:
     for env in ({"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, {"TORCH_FL_AUTOLOAD": "0"}):
         out = assert_ok(run_python(

@@ -47,8 +47,6 @@ from torch_fl.op_stats import (
     reset_op_stats,
     set_fallback_mode,
 )
-from torch_fl.tooling.doctor import test_compatibility
-
 __version__ = "0.1.0"
 
 # torch.compile(backend="torchfl"): registered when Dynamo loads, not imported here.
@@ -116,3 +114,13 @@ def native_kernels() -> dict[str, list[str]]:
     from torch_fl import _C
 
     return dict(_C.native_kernels())
+
+
+def __getattr__(name: str):  # noqa: ANN202
+    # The health check is imported on first use: `import torch` autoloads this
+    # package, and the doctor's module is not needed to register a plugin.
+    if name == "test_compatibility":
+        from torch_fl.tooling.doctor import test_compatibility
+
+        return test_compatibility
+    raise AttributeError(f"module 'torch_fl' has no attribute {name!r}")

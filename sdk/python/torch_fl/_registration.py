@@ -249,7 +249,7 @@ def register_device_plugin(
             from torch_fl.distributed import register_backend as _register_distributed
 
             _register_distributed(name)
-        from torch_fl.tooling.probe import apply_at_load
+        from torch_fl.tooling.probe_cache import apply_at_load
 
         apply_at_load()  # probed tunables from the cache (never raises)
         return handle

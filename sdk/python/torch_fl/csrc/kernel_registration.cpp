@@ -76,36 +76,26 @@ std::string resolve_symbol(const std::string& suffix, std::string* why) {
   return "";
 }
 
-torch::Library& library_for(
-    const std::string& ns,
-    torch::Library& aten,
-    std::map<std::string, std::unique_ptr<torch::Library>>& libraries) {
-  if (ns == "aten") {
-    return aten;
-  }
-  auto& lib = libraries[ns];
-  if (!lib) {
-    lib = std::make_unique<torch::Library>(
-        torch::Library::IMPL, ns, c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
-  }
-  return *lib;
+// The registrations of plugin kernels, kept for the life of the process as
+// torch::Library keeps its own. Registering with the dispatcher directly
+// skips torch::Library::impl's parse of the name the operator handle already
+// holds (about a third of registering a plugin's kernels).
+std::vector<c10::RegistrationHandleRAII>& kernel_registrations() {
+  static auto* handles = new std::vector<c10::RegistrationHandleRAII>();
+  return *handles;
 }
 
 void register_one(
     const KernelSpec& spec,
     const c10::OperatorHandle& handle,
+    Signature sig,
     std::optional<c10::OperatorHandle> functional,
-    torch::Library& aten,
-    std::map<std::string, std::unique_ptr<torch::Library>>& libraries,
     KernelRegistration& report) {
-  const std::string name = c10::toString(handle.operator_name());
-  Signature sig = analyze(handle.schema());
+  const std::string name = sig.name;
   if (!sig.unsupported.empty()) {
     report.rejected.emplace_back(name, "cannot be served by a kernel: " + sig.unsupported);
     return;
   }
-  const auto ns = name.substr(0, name.find("::"));
-  std::string impl_name = name.substr(name.find("::") + 2);
   KernelSpec own = spec;
   own.op = name;
   HiddenArgs hidden = HiddenArgs::locate(spec.hidden, handle.schema());
@@ -113,11 +103,11 @@ void register_one(
     report.adapted.emplace_back(
         name, "served by the kernel of " + spec.op + ", which does not receive " + quoted(hidden.names));
   }
-  library_for(ns, aten, libraries)
-      .impl(
-          impl_name.c_str(),
-          torch::CppFunction::makeFromBoxedFunctor(std::make_unique<NativeKernel>(
-              own, std::move(sig), std::move(functional), std::vector<int32_t>{}, std::move(hidden))));
+  kernel_registrations().push_back(c10::Dispatcher::singleton().registerImpl(
+      handle.operator_name(), c10::DispatchKey::PrivateUse1,
+      c10::KernelFunction::makeFromBoxedFunctor(std::make_unique<NativeKernel>(
+          own, std::move(sig), std::move(functional), std::vector<int32_t>{}, std::move(hidden))),
+      std::nullopt, nullptr, "torch-fl plugin kernel"));
   {
     std::unique_lock<std::shared_mutex> lock(native_table().mutex);
     native_table().dtypes[name] = spec.dtypes;
@@ -135,8 +125,11 @@ bool guard_schema(KernelSpec& spec, const c10::OperatorHandle& handle, KernelReg
   if (spec.schema.empty()) {
     return true;
   }
-  const SchemaMatch match = match_schema(spec.schema, handle.schema());
   const std::string running = c10::toString(handle.schema());
+  if (spec.schema == running) {
+    return true; // PyTorch's own text: nothing to parse
+  }
+  const SchemaMatch match = match_schema(spec.schema, handle.schema());
   if (match.kind == SchemaMatch::Kind::Refused) {
     const std::string why = "it was written for '" + spec.schema + "', and this PyTorch has '" +
         running + "' (" + match.reason + "); it runs on the fallback chain until the plugin states "
@@ -157,8 +150,6 @@ bool guard_schema(KernelSpec& spec, const c10::OperatorHandle& handle, KernelReg
 } // namespace
 
 KernelRegistration register_plugin_kernels(
-    torch::Library& aten,
-    std::map<std::string, std::unique_ptr<torch::Library>>& libraries,
     const Plugin& plugin,
     const std::set<std::string>& disabled) {
   KernelRegistration report;
@@ -247,21 +238,19 @@ KernelRegistration register_plugin_kernels(
     if (!guard_schema(spec, *handle, report)) {
       continue;
     }
-    register_one(spec, *handle, std::nullopt, aten, libraries, report);
+    Signature sig = analyze(handle->schema());
+    const bool functional = sig.variant == TFL_VARIANT_FUNCTIONAL;
+    register_one(spec, *handle, std::move(sig), std::nullopt, report);
     done.insert(spec.op);
-    if (spec.flags & TFL_KERNEL_NO_DERIVED_VARIANTS) {
-      continue;
-    }
-    const Signature sig = analyze(handle->schema());
-    if (sig.variant != TFL_VARIANT_FUNCTIONAL) {
+    if ((spec.flags & TFL_KERNEL_NO_DERIVED_VARIANTS) || !functional) {
       continue;
     }
     for (const c10::OperatorHandle& variant : derived_variants(*handle, all_ops)) {
-      const std::string vname = c10::toString(variant.operator_name());
+      const std::string vname = schema_name_of(variant.operator_name());
       if (explicit_ops.count(vname) || done.count(vname) || disabled.count(vname)) {
         continue;
       }
-      register_one(spec, variant, *handle, aten, libraries, report);
+      register_one(spec, variant, analyze(variant.schema()), *handle, report);
       done.insert(vname);
     }
   }

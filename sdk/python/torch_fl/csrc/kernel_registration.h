@@ -26,11 +26,9 @@ struct KernelRegistration {
 };
 
 // Registers the plugin's kernels (table and symbol convention) with the
-// dispatcher. `disabled` names operators to leave to the fallback chain.
-// Libraries for non-aten namespaces are created in `libraries`.
+// dispatcher (for PrivateUse1, in any namespace). `disabled` names operators
+// to leave to the fallback chain.
 KernelRegistration register_plugin_kernels(
-    torch::Library& aten,
-    std::map<std::string, std::unique_ptr<torch::Library>>& libraries,
     const Plugin& plugin,
     const std::set<std::string>& disabled);
 

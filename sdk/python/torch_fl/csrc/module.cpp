@@ -195,7 +195,6 @@ struct Libraries {
   std::unique_ptr<torch::Library> autocast_fallthrough;
   std::unique_ptr<torch::Library> conjugate;
   std::unique_ptr<torch::Library> negative;
-  std::map<std::string, std::unique_ptr<torch::Library>> others;
   std::map<std::string, std::unique_ptr<torch::Library>> custom;
 };
 
@@ -306,7 +305,7 @@ py::dict register_backend(const std::vector<std::string>& disabled_list) {
   libs.negative = std::make_unique<torch::Library>(
       torch::Library::IMPL, "aten", c10::DispatchKey::Negative, __FILE__, __LINE__);
   register_math_bit_fallthroughs(*libs.conjugate, *libs.negative);
-  KernelRegistration report = register_plugin_kernels(*libs.aten, libs.others, plugin, disabled);
+  KernelRegistration report = register_plugin_kernels(plugin, disabled);
   register_rule_kernels(*libs.aten, report.registered);
   libs.fallback = std::make_unique<torch::Library>(
       torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);

@@ -127,7 +127,7 @@ bool same_arguments(const c10::FunctionSchema& a, const c10::FunctionSchema& b, 
 
 Signature analyze(const c10::FunctionSchema& schema) {
   Signature sig;
-  sig.name = c10::toString(schema.operator_name());
+  sig.name = schema_name_of(schema.operator_name());
   const std::vector<int>& hidden_writes = unannotated_mutations(sig.name);
   const std::vector<int> host_args = host_operand_args(schema);
   bool has_out = false;
@@ -214,14 +214,25 @@ c10::OperatorName operator_name_of(const std::string& schema_name) {
   return c10::OperatorName(schema_name.substr(0, dot), schema_name.substr(dot + 1));
 }
 
-OpNameIndex::OpNameIndex() {
-  for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
-    by_name_[name.name].push_back(name);
+std::string schema_name_of(const c10::OperatorName& name) {
+  if (name.overload_name.empty()) {
+    return name.name;
+  }
+  std::string text;
+  text.reserve(name.name.size() + 1 + name.overload_name.size());
+  text.append(name.name).append(1, '.').append(name.overload_name);
+  return text;
+}
+
+OpNameIndex::OpNameIndex() : all_(c10::Dispatcher::singleton().getAllOpNames()) {
+  by_name_.reserve(all_.size());
+  for (const c10::OperatorName& name : all_) {
+    by_name_[name.name].push_back(&name);
   }
 }
 
-const std::vector<c10::OperatorName>& OpNameIndex::named(const std::string& base) const {
-  static const std::vector<c10::OperatorName> kNone;
+const std::vector<const c10::OperatorName*>& OpNameIndex::named(const std::string& base) const {
+  static const std::vector<const c10::OperatorName*> kNone;
   const auto it = by_name_.find(base);
   return it == by_name_.end() ? kNone : it->second;
 }
@@ -233,7 +244,8 @@ std::vector<c10::OperatorHandle> derived_variants(const c10::OperatorHandle& fun
   const std::string& base = fs.name();
   for (const std::string& candidate : {base, base + "_"}) {
     const bool inplace = candidate.size() != base.size();
-    for (const c10::OperatorName& name : ops.named(candidate)) {
+    for (const c10::OperatorName* entry : ops.named(candidate)) {
+      const c10::OperatorName& name = *entry;
       auto handle = c10::Dispatcher::singleton().findOp(name);
       if (!handle.has_value() || !handle->hasSchema()) {
         continue;
@@ -272,8 +284,8 @@ std::optional<c10::OperatorHandle> functional_of(const c10::OperatorHandle& vari
   }
   const c10::OperatorName wanted = variant.operator_name();
   const OpNameIndex ops;
-  for (const c10::OperatorName& name : ops.named(base)) {
-    auto handle = c10::Dispatcher::singleton().findOp(name);
+  for (const c10::OperatorName* name : ops.named(base)) {
+    auto handle = c10::Dispatcher::singleton().findOp(*name);
     if (!handle.has_value() || !handle->hasSchema() ||
         analyze(handle->schema()).variant != TFL_VARIANT_FUNCTIONAL) {
       continue;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -66,15 +67,23 @@ Signature analyze(const c10::FunctionSchema& schema);
 // "aten::add.Tensor" -> {"aten::add", "Tensor"}; "aten::mm" -> {"aten::mm", ""}.
 c10::OperatorName operator_name_of(const std::string& schema_name);
 
+// The inverse: {"aten::add", "Tensor"} -> "aten::add.Tensor" (c10::toString's
+// text, without its stream).
+std::string schema_name_of(const c10::OperatorName& name);
+
 // Every registered operator name, by base name (the dispatcher only hands
-// out a copy of all of them at once).
+// out a copy of all of them at once). The index points into its own copy,
+// so it is neither copied nor moved.
 class OpNameIndex {
  public:
   OpNameIndex();
-  const std::vector<c10::OperatorName>& named(const std::string& base) const;
+  OpNameIndex(const OpNameIndex&) = delete;
+  OpNameIndex& operator=(const OpNameIndex&) = delete;
+  const std::vector<const c10::OperatorName*>& named(const std::string& base) const;
 
  private:
-  std::unordered_map<std::string, std::vector<c10::OperatorName>> by_name_;
+  std::vector<c10::OperatorName> all_;
+  std::unordered_map<std::string_view, std::vector<const c10::OperatorName*>> by_name_;
 };
 
 // The in-place and out= overloads that share a functional overload's
