@@ -27,7 +27,7 @@ def _register_one(index: int, desc: dict[str, Any]) -> str:
     lib.define(desc["schema"].split("::", 1)[1])
     qualname = f"{ns}::{opname}"
     like = list(desc["output_like"])
-    _C.register_custom_kernel(ns, qualname, index, False, like)
+    _C.register_custom_kernel(qualname, index, False, like)
 
     def fake(*args: Any, **kwargs: Any) -> Any:
         outs = [torch.empty_like(args[i], memory_format=torch.contiguous_format) for i in like]
@@ -50,7 +50,7 @@ def _register_one(index: int, desc: dict[str, Any]) -> str:
     lib.define(f"{opname}_backward({', '.join(params)}) -> {rets}")
     bwd_name = f"{ns}::{opname}_backward"
     bwd_like = [n_out + i for i in tensor_args]
-    _C.register_custom_kernel(ns, bwd_name, index, True, bwd_like)
+    _C.register_custom_kernel(bwd_name, index, True, bwd_like)
 
     def fake_backward(*args: Any, **kwargs: Any) -> Any:
         outs = [torch.empty_like(args[i], memory_format=torch.contiguous_format) for i in bwd_like]

@@ -85,6 +85,21 @@ std::vector<c10::RegistrationHandleRAII>& kernel_registrations() {
   return *handles;
 }
 
+// Serves `handle` on PrivateUse1 with `kernel` and records the dtypes it
+// accepts in the native table (has_native_kernel).
+void install_kernel(
+    const c10::OperatorHandle& handle,
+    const std::string& name,
+    uint64_t dtypes,
+    std::unique_ptr<NativeKernel> kernel) {
+  kernel_registrations().push_back(c10::Dispatcher::singleton().registerImpl(
+      handle.operator_name(), c10::DispatchKey::PrivateUse1,
+      c10::KernelFunction::makeFromBoxedFunctor(std::move(kernel)), std::nullopt, nullptr,
+      "torch-fl plugin kernel"));
+  std::unique_lock<std::shared_mutex> lock(native_table().mutex);
+  native_table().dtypes[name] = dtypes;
+}
+
 void register_one(
     const KernelSpec& spec,
     const c10::OperatorHandle& handle,
@@ -103,15 +118,10 @@ void register_one(
     report.adapted.emplace_back(
         name, "served by the kernel of " + spec.op + ", which does not receive " + quoted(hidden.names));
   }
-  kernel_registrations().push_back(c10::Dispatcher::singleton().registerImpl(
-      handle.operator_name(), c10::DispatchKey::PrivateUse1,
-      c10::KernelFunction::makeFromBoxedFunctor(std::make_unique<NativeKernel>(
-          own, std::move(sig), std::move(functional), std::vector<int32_t>{}, std::move(hidden))),
-      std::nullopt, nullptr, "torch-fl plugin kernel"));
-  {
-    std::unique_lock<std::shared_mutex> lock(native_table().mutex);
-    native_table().dtypes[name] = spec.dtypes;
-  }
+  install_kernel(
+      handle, name, spec.dtypes,
+      std::make_unique<NativeKernel>(
+          own, std::move(sig), std::move(functional), std::vector<int32_t>{}, std::move(hidden)));
   report.registered.push_back(name);
 }
 
@@ -258,7 +268,6 @@ KernelRegistration register_plugin_kernels(
 }
 
 void register_custom_kernel(
-    torch::Library& impl,
     const std::string& qualified_name,
     TFL_KernelFn fn,
     void* user_data,
@@ -279,12 +288,9 @@ void register_custom_kernel(
   spec.user_data = user_data;
   spec.dtypes = dtypes;
   spec.flags = flags;
-  auto kernel =
-      std::make_unique<NativeKernel>(spec, std::move(sig), std::nullopt, std::move(output_like));
-  const std::string impl_name = qualified_name.substr(qualified_name.find("::") + 2);
-  impl.impl(impl_name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(kernel)));
-  std::unique_lock<std::shared_mutex> lock(native_table().mutex);
-  native_table().dtypes[qualified_name] = dtypes;
+  install_kernel(
+      *handle, qualified_name, dtypes,
+      std::make_unique<NativeKernel>(spec, std::move(sig), std::nullopt, std::move(output_like)));
 }
 
 bool has_native_kernel(const std::string& op, c10::ScalarType dtype) {

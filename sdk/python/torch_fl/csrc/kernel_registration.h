@@ -36,7 +36,6 @@ KernelRegistration register_plugin_kernels(
 // defined. Output i is shaped like the tensor argument at schema position
 // output_like[i] (custom ops have no meta function).
 void register_custom_kernel(
-    torch::Library& impl,
     const std::string& qualified_name,
     TFL_KernelFn fn,
     void* user_data,

@@ -195,7 +195,6 @@ struct Libraries {
   std::unique_ptr<torch::Library> autocast_fallthrough;
   std::unique_ptr<torch::Library> conjugate;
   std::unique_ptr<torch::Library> negative;
-  std::map<std::string, std::unique_ptr<torch::Library>> custom;
 };
 
 Libraries& libraries() {
@@ -335,7 +334,6 @@ py::dict register_backend(const std::vector<std::string>& disabled_list) {
 }
 
 void register_custom_kernel_py(
-    const std::string& ns,
     const std::string& qualified_name,
     int64_t index,
     bool backward,
@@ -346,13 +344,8 @@ void register_custom_kernel_py(
       index >= 0 && static_cast<size_t>(index) < descs.size(),
       "custom op index ", index, " out of range");
   const TFL_CustomOpDesc* desc = descs[index];
-  auto& lib = libraries().custom[ns];
-  if (!lib) {
-    lib = std::make_unique<torch::Library>(
-        torch::Library::IMPL, ns, c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
-  }
   register_custom_kernel(
-      *lib, qualified_name, backward ? desc->backward : desc->forward, desc->user_data,
+      qualified_name, backward ? desc->backward : desc->forward, desc->user_data,
       desc->dtypes, desc->flags | TFL_KERNEL_NO_DERIVED_VARIANTS, output_like);
 }
 
