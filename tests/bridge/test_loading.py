@@ -184,23 +184,33 @@ def test_autoload_registers_flemu_at_import_torch() -> None:
 
 
 def test_autoload_imports_neither_the_doctor_nor_the_prober() -> None:
-    # `import torch` pays for what registering needs: the health check and the
-    # probing code (with their dataclasses) load on first use.
+    # `import torch` pays for what registering needs: the health check, the
+    # probing code and the op-stats snapshot types (with their dataclasses)
+    # load on first use, and are then what they always were.
     out = assert_ok(run_python(
         """
         import json, sys, torch
         loaded = {m: m in sys.modules for m in
-                  ("torch_fl.tooling.doctor", "torch_fl.tooling.probe", "torch_fl.tooling.probe_cache")}
+                  ("torch_fl.tooling.doctor", "torch_fl.tooling.probe", "torch_fl.tooling.probe_cache",
+                   "torch_fl._op_table")}
         import torch_fl
+        from torch_fl.op_stats import OpStat
         check = torch_fl.test_compatibility
+        x = torch.ones(2, device="flemu") + 1
+        with torch_fl.op_stats_scope() as scope:
+            y = x * 2
         print(json.dumps({"loaded": loaded, "plugin": torch_fl.get_plugin().name,
-                          "doctor": check.__module__, "in_all": "test_compatibility" in torch_fl.__all__}))
+                          "doctor": check.__module__, "in_all": "test_compatibility" in torch_fl.__all__,
+                          "types": [torch_fl.OpStat is OpStat, type(torch_fl.op_stats()) is torch_fl.OpStatsTable,
+                                    type(scope.table) is torch_fl.OpStatsTable],
+                          "mul": scope.table.get("aten::mul.Tensor").native}))
         """))
     result = json.loads(out.strip().splitlines()[-1])
     assert result["plugin"] == "flemu", result
     assert result["loaded"] == {"torch_fl.tooling.doctor": False, "torch_fl.tooling.probe": False,
-                                "torch_fl.tooling.probe_cache": True}, result
+                                "torch_fl.tooling.probe_cache": True, "torch_fl._op_table": False}, result
     assert result["doctor"] == "torch_fl.tooling.doctor" and result["in_all"], result
+    assert result["types"] == [True, True, True] and result["mul"] == 1, result
 
 
 def test_autoload_off_leaves_privateuse1_alone() -> None:

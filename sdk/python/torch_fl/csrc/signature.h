@@ -71,23 +71,27 @@ c10::OperatorName operator_name_of(const std::string& schema_name);
 // text, without its stream).
 std::string schema_name_of(const c10::OperatorName& name);
 
-// Every registered operator name, by base name (the dispatcher only hands
-// out a copy of all of them at once). The index points into its own copy,
-// so it is neither copied nor moved.
+// The registered overloads of the base names asked for (namespace::name),
+// with their in-place names (base + "_"), as derived_variants needs them.
+// The dispatcher only hands out a copy of every operator name at once; the
+// index points into its own copy, so it is neither copied nor moved.
 class OpNameIndex {
  public:
-  OpNameIndex();
+  explicit OpNameIndex(const std::vector<std::string>& bases);
   OpNameIndex(const OpNameIndex&) = delete;
   OpNameIndex& operator=(const OpNameIndex&) = delete;
+  // The overloads of `base`, which must be a base (or in-place name) asked for.
   const std::vector<const c10::OperatorName*>& named(const std::string& base) const;
 
  private:
+  std::vector<std::string> wanted_;
   std::vector<c10::OperatorName> all_;
   std::unordered_map<std::string_view, std::vector<const c10::OperatorName*>> by_name_;
 };
 
 // The in-place and out= overloads that share a functional overload's
-// arguments, so one kernel can serve them.
+// arguments, so one kernel can serve them. `ops` must have been built with
+// the functional's base name.
 std::vector<c10::OperatorHandle> derived_variants(const c10::OperatorHandle& functional,
                                                   const OpNameIndex& ops);
 
