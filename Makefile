@@ -12,7 +12,7 @@ VENV_T214 := .venv-torch2.14
 PY_T214   := $(VENV_T214)/bin/python
 PIP_T214  := $(VENV_T214)/bin/pip
 
-.PHONY: certify demo test test-torch2.14 build build-torch2.14 browser bench venv venv-torch2.14 clean
+.PHONY: certify demo test test-torch2.14 check-torch2.14 build build-torch2.14 browser bench venv venv-torch2.14 clean
 
 # The certification level and where its report goes (`make certify LEVEL=L2`).
 LEVEL  ?= L3
@@ -29,15 +29,20 @@ demo: build
 # guards every allocation) while the project's own tests run; then flemu cut
 # to a new vendor's twelve kernels (FLEMU_PROFILE=minimal) must certify at L1
 # through the fallback chain; then the same flemu library under torch 2.14.1.
-test: build browser
+# The torch 2.14.1 environment is built first: its CUDA wheels hold the cuBLAS
+# header that tests/cuda_plugin checks the CUDA plugin's constants against.
+test: build build-torch2.14 browser
 	FLEMU_CHECK_CONTRACTS=1 $(PY) -m pytest -q
 	FLEMU_PROFILE=minimal $(VENV)/bin/torchfl-conformance run --plugin flemu --level L1 -j 2 --report reports/flemu-minimal
-	$(MAKE) --no-print-directory test-torch2.14
+	$(MAKE) --no-print-directory check-torch2.14
 
 # Under torch 2.14.1: the bridge's tests, then an L1 certification of the very
 # libflemu.so .venv built (the report's SHA-256 is compared with it). `make test`
 # runs it; alone it needs .venv built first: `make build test-torch2.14`.
 test-torch2.14: build-torch2.14
+	$(MAKE) --no-print-directory check-torch2.14
+
+check-torch2.14:
 	FLEMU_CHECK_CONTRACTS=1 $(PY_T214) -m pytest -q tests/bridge
 	$(VENV_T214)/bin/torchfl-conformance run --plugin flemu --level L1 -j 2 --report reports/torch2.14
 	lib="$$($(PY) -c 'import flemu; print(flemu.library_path())')" && \
