@@ -172,7 +172,8 @@ PlannedReduction plan(const at::Tensor& in, const at::Tensor& out, const c10d::R
       p.op = op.op_ == c10d::ReduceOp::BAND ? TFL_REDUCE_MIN : TFL_REDUCE_MAX;
       break;
     case c10d::ReduceOp::PREMUL_SUM: {
-      auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+      // The name torch 2.11 gives the type; 2.13 renamed it PreMulSumSupplement and kept this one.
+      auto* supplement = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
       TORCH_CHECK(supplement != nullptr, "tfl: PREMUL_SUM without its factor");
       p.send = supplement->tensor_factor.defined() ? in * supplement->tensor_factor.to(in.device())
                                                    : in * supplement->double_factor;

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -27,6 +28,19 @@ std::atomic<bool> kernel_trace_on{false};
 namespace {
 
 using libkineto::ActivityType;
+
+// Kineto's ResourceInfo changed shape between releases: torch 2.11 constructs
+// it as (deviceId, id, sortIndex, name), later releases made it the aggregate
+// {id, sortIndex, deviceId, name}. Filled positionally, one of them files a
+// stream's row under another device.
+template <class Info = libkineto::ResourceInfo>
+Info resource_info(int64_t device, int64_t id, int64_t sort_index, std::string name) {
+  if constexpr (std::is_aggregate_v<Info>) {
+    return Info{id, sort_index, device, std::move(name)};
+  } else {
+    return Info(device, id, sort_index, std::move(name));
+  }
+}
 
 // One timed launch, waiting for the session to process its trace.
 struct LaunchRecord {
@@ -299,8 +313,7 @@ class KernelTraceSession final : public libkineto::IActivityProfilerSession {
   std::vector<libkineto::ResourceInfo> getResourceInfos() override {
     std::vector<libkineto::ResourceInfo> out;
     for (const auto& [device, stream] : streams_) {
-      out.push_back(libkineto::ResourceInfo{
-          stream, stream, device, "stream " + std::to_string(stream)});
+      out.push_back(resource_info(device, stream, stream, "stream " + std::to_string(stream)));
     }
     return out;
   }

@@ -299,7 +299,9 @@ class ProcessGroupTFL final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                  std::vector<at::Tensor>& inputs,
                                                                  const c10d::ReduceScatterOptions& opts) override {
-    return reduce_scatter_tensors(outputs, inputs, opts.reduceOp, c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
+    // COALESCED, as for all_gather_into_tensor_coalesced: torch 2.11 has no
+    // REDUCE_SCATTER_TENSOR_COALESCED.
+    return reduce_scatter_tensors(outputs, inputs, opts.reduceOp, c10d::OpType::COALESCED,
                                   "reduce_scatter_tensor_coalesced");
   }
 
