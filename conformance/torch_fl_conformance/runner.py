@@ -15,6 +15,7 @@ takes over the rest of the chunk, and the run goes on. A test still running
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import selectors
 import signal
@@ -46,6 +47,24 @@ def grace_s(timeout: float) -> float:
 
 class RunError(Exception):
     """The run could not start; the message says why and what to do."""
+
+
+# What the suite's workers import beyond torch: pytest runs them, pytest-timeout
+# stops a test stuck in Python, numpy and expecttest are what PyTorch's OpInfo
+# database (torch.testing._internal) imports. torch-fl's wheel depends on them;
+# an install without its dependencies (pip --no-deps, --target) may lack them.
+SUITE_PACKAGES = {"pytest": "pytest", "pytest_timeout": "pytest-timeout", "numpy": "numpy",
+                  "expecttest": "expecttest"}
+
+
+def check_suite_packages() -> None:
+    missing = [dist for module, dist in SUITE_PACKAGES.items() if importlib.util.find_spec(module) is None]
+    if missing:
+        raise RunError(
+            f"the suite needs {', '.join(missing)}, which {sys.executable} cannot import; "
+            f"install {'it' if len(missing) == 1 else 'them'} there (pip install {' '.join(missing)}) "
+            f"and run again"
+        )
 
 
 @dataclass
@@ -235,6 +254,7 @@ def chunks(ids: list[str], size: int) -> list[tuple[int, int]]:
 
 def run(cfg: RunConfig) -> dict[str, Any]:
     """Runs the suite; returns the report dictionary (also written to cfg.report_dir)."""
+    check_suite_packages()
     report_dir = Path(cfg.report_dir)
     log_dir = report_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)

@@ -84,7 +84,8 @@ def validate(data: dict[str, Any]) -> None:
                 if kind in o:
                     _check(_bound(o[kind], "", ""), _bound(ceilings[dtype][kind], "", ""),
                            f"override {o['op']} {dtype}.{kind}")
-    for o in data.get("override", []) + data.get("compare_only", []) + data.get("tie_order", []):
+    for o in (data.get("override", []) + data.get("compare_only", []) + data.get("tie_order", [])
+              + data.get("duplicate_writes", [])):
         if not o.get("reason", "").strip():
             raise TolerancesError(f"tolerances.toml: entry for {o.get('op')} has no reason")
 
@@ -147,6 +148,16 @@ def tie_order_indices(op: str) -> list[int] | None:
     return None
 
 
+def duplicate_write_dims(op: str) -> int | None:
+    """For a scatter whose repeated targets may hold any of their sources
+    (max_unpool), the number of trailing dimensions it scatters within; None for
+    other operators."""
+    for entry in _table().get("duplicate_writes", []):
+        if entry["op"] == op:
+            return int(entry["spatial_dims"])
+    return None
+
+
 @dataclass
 class Mismatch:
     where: str
@@ -196,6 +207,9 @@ def compare(actual: Any, expected: Any, kind: str, op: str | None,
             if not isinstance(a, torch.Tensor):
                 bad.append(Mismatch(where, f"got {type(a).__name__}, CPU gives a tensor"))
                 continue
+            # A sample may ask for a third device (zeros_like(x, device="cuda")
+            # where CUDA is present): both runs then return tensors there.
+            a, e = _host(a), _host(e)
             if a.dtype != e.dtype or a.shape != e.shape:
                 bad.append(Mismatch(where, f"dtype/shape {a.dtype}{tuple(a.shape)}, "
                                            f"CPU gives {e.dtype}{tuple(e.shape)}"))
@@ -216,6 +230,10 @@ def compare(actual: Any, expected: Any, kind: str, op: str | None,
                 not shape_only and a != e):
             bad.append(Mismatch(where, f"{a!r}, CPU gives {e!r}"))
     return bad, worst_abs, worst_rel
+
+
+def _host(t: Any) -> Any:
+    return t if t.device.type == "cpu" else t.detach().cpu()
 
 
 def _rounding_error(e: Any, wide: Any) -> float:

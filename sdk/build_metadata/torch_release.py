@@ -68,5 +68,6 @@ def dynamic_metadata(settings: Mapping[str, Any], project: Mapping[str, Any]) ->
     major, minor = torch_release()
     return {
         "version": f"{found.group(1)}+torch{major}{minor}",
-        "dependencies": [f"torch=={major}.{minor}.*"],
+        # The conformance suite's workers need the others (torch_fl_conformance.runner.SUITE_PACKAGES).
+        "dependencies": [f"torch=={major}.{minor}.*", "pytest", "pytest-timeout", "numpy", "expecttest"],
     }

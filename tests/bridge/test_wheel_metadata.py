@@ -1,6 +1,7 @@
 """The torch-fl distribution pins the torch release its bridge was compiled against:
 `torch==<major>.<minor>.*` in its requirements and `+torch<major><minor>` in its
-version (sdk/build_metadata/torch_release.py, pyproject.toml's dynamic metadata)."""
+version (sdk/build_metadata/torch_release.py, pyproject.toml's dynamic metadata). It also
+requires what the conformance suite's workers import beyond torch."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 from support import load_module
 from torch_fl._build_info import TORCH_VERSION
+from torch_fl_conformance.runner import SUITE_PACKAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,6 +39,7 @@ def test_installed_distribution_pins_the_torch_it_was_built_for() -> None:
     assert Requirement(f"torch{torch_pins[0]}").specifier.contains(torch.__version__), (
         torch_pins, torch.__version__
     )
+    assert set(SUITE_PACKAGES.values()) <= {r.name for r in pins}, pins
 
 
 @pytest.mark.parametrize(("torch_version", "tag"), [("2.14.1", "214"), ("2.13.0+cpu", "213")])
@@ -49,7 +52,10 @@ def test_provider_reads_the_installed_torch(
     monkeypatch.setattr(module.metadata, "version", lambda name: torch_version)
     found = module.dynamic_metadata({"version-file": str(version_file)}, {})
     release = f"{tag[0]}.{tag[1:]}"
-    assert found == {"version": f"0.3.1+torch{tag}", "dependencies": [f"torch=={release}.*"]}
+    assert found["version"] == f"0.3.1+torch{tag}"
+    assert found["dependencies"][0] == f"torch=={release}.*"
+    # The rest: what the conformance suite's workers import beyond torch.
+    assert set(found["dependencies"][1:]) == set(SUITE_PACKAGES.values()), found["dependencies"]
 
 
 def test_provider_without_torch_says_what_to_do(

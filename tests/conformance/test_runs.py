@@ -52,6 +52,18 @@ def test_unknown_plugin_is_named(tmp_path: Path) -> None:
     assert "nosuchplugin" in r.stderr and "--plugin" in r.stderr, r.stderr
 
 
+def test_a_missing_suite_package_is_named_before_any_worker_starts(tmp_path: Path) -> None:
+    # sys.modules[name] = None makes the module unimportable (find_spec answers None).
+    code = ("import sys; sys.modules['pytest_timeout'] = None; from torch_fl_conformance.cli import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", code, "run", "--plugin", "flemu", "--report", str(tmp_path)],
+                       check=False, capture_output=True, text=True, env=cli_env(), timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "pytest-timeout" in r.stderr and "pip install pytest-timeout" in r.stderr, r.stderr
+    assert "numpy" not in r.stderr, r.stderr  # only what is missing is named
+    assert not (tmp_path / "logs").exists()
+
+
 def test_pytest_without_plugin_explains(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "pytest", str(SUITE_DIR / "L0"), "-q",
                         "-p", "no:cacheprovider"], check=False, capture_output=True, text=True,

@@ -155,6 +155,37 @@ def test_bf16_grad_bound_scales_with_the_largest_reference_value() -> None:
     assert compare([-ref], [ref], "grad", None)[0]
 
 
+def test_results_on_a_third_device_are_compared_by_value(device: str) -> None:
+    # zeros_like(x, device="cuda") where CUDA is present: the CPU run's result
+    # lives on that device too. Here the device stands in for the third one.
+    elsewhere = torch.tensor([1.0, 2.0, 3.0], device=device)
+    assert compare([torch.tensor([1.0, 2.0, 3.0])], [elsewhere], "output", "zeros_like")[0] == []
+    assert compare([torch.tensor([1.0, 2.0, 4.0])], [elsewhere], "output", "zeros_like")[0]
+    ints = torch.arange(3, device=device)
+    assert compare([torch.arange(3)], [ints], "output", "zeros_like")[0] == []
+    assert compare([torch.arange(1, 4)], [ints], "output", "zeros_like")[0]
+
+
+def test_max_unpool_accepts_any_source_at_a_repeated_index_and_nothing_else() -> None:
+    # Two sources (3.0 and 5.0) name place 1 of a plane: either may land there.
+    values = torch.tensor([[[3.0, 5.0, 7.0]]])
+    indices = torch.tensor([[[1, 1, 3]]])
+    sample = SampleInput(values, args=(indices,), kwargs={"kernel_size": 2})
+    assert opinfo_sweep.duplicate_write_dims("nn.functional.max_unpool1d") == 1
+    assert opinfo_sweep.duplicate_write_dims("nn.functional.max_pool1d") is None
+    resolves = opinfo_sweep._resolves_duplicate_writes
+    assert resolves(torch.tensor([[[0.0, 5.0, 0.0, 7.0]]]), sample, 1)
+    assert resolves(torch.tensor([[[0.0, 3.0, 0.0, 7.0]]]), sample, 1)
+    assert not resolves(torch.tensor([[[0.0, 4.0, 0.0, 7.0]]]), sample, 1), "no source wrote 4"
+    assert not resolves(torch.tensor([[[0.0, 5.0, 0.0, 6.0]]]), sample, 1), "a single write is exact"
+    assert not resolves(torch.tensor([[[9.0, 5.0, 0.0, 7.0]]]), sample, 1), "an unwritten place is 0"
+    assert not resolves(torch.tensor([[[0.0, 5.0, 0.0, 0.0]]]), sample, 1), "a write went missing"
+    # Planes are separate: a source of plane 0 does not explain a value in plane 1.
+    two = SampleInput(torch.tensor([[[3.0], [8.0]]]), args=(torch.tensor([[[0], [0]]]),))
+    assert resolves(torch.tensor([[[3.0, 0.0], [8.0, 0.0]]]), two, 1)
+    assert not resolves(torch.tensor([[[8.0, 0.0], [3.0, 0.0]]]), two, 1)
+
+
 def test_bf16_grad_bound_allows_a_multiple_of_the_cpus_own_rounding_error() -> None:
     bound = tolerance("bfloat16", "grad")
     assert bound is not None and bound.of_cpu_error > 0, bound
