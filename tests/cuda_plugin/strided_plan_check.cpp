@@ -41,6 +41,11 @@ void print_blas(const char* name, int64_t rows, int64_t cols, int64_t sr, int64_
               b.transposed ? "true" : "false", static_cast<long long>(b.ld));
 }
 
+void print_row_major(const char* name, std::vector<int64_t> sizes, std::vector<int64_t> strides) {
+  const bool dense = flcuda::is_row_major(sizes.data(), strides.data(), static_cast<int32_t>(sizes.size()));
+  std::printf("{\"case\": \"%s\", \"row_major\": %s}\n", name, dense ? "true" : "false");
+}
+
 }  // namespace
 
 int main() {
@@ -62,6 +67,12 @@ int main() {
   print_plan("empty", {{{0, 3}, {3, 1}, 4}, {{0, 3}, {3, 1}, 4}});
   // A sliced row view [2, 3] of a [2, 5] tensor: rows do not merge.
   print_plan("sliced", {{{2, 3}, {3, 1}, 4}, {{2, 3}, {5, 1}, 4}});
+
+  print_row_major("dense_rows", {2, 3}, {3, 1});
+  print_row_major("size1_any_stride", {4, 1}, {1, 7});  // PyTorch calls this contiguous
+  print_row_major("transposed_rows", {2, 3}, {1, 2});
+  print_row_major("empty_odd_strides", {5, 0}, {1, 1});  // the gradient of an empty mm
+  print_row_major("padded_matrix", {2, 3}, {4, 1});
 
   print_blas("row_major", 3, 4, 4, 1);
   print_blas("col_major", 3, 4, 1, 3);

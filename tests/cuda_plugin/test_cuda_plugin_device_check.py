@@ -5,10 +5,12 @@ a GPU. No GPU result comes from this test."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -88,3 +90,31 @@ def test_a_failing_stage_is_recorded_and_the_next_runs(tmp_path: Path) -> None:
     assert stages["bert"]["status"] == "failed", stages["bert"]
     assert "libmissing.so" in stages["ops"]["error"], stages["ops"]["error"]
     assert proc.returncode == 1, proc.returncode
+
+
+def test_a_stage_out_of_time_is_interrupted_and_keeps_what_it_wrote(tmp_path: Path) -> None:
+    # The conformance stage's runner: SIGINT when the time is up (the suite then
+    # writes a partial report), a kill only after the grace period.
+    spec = importlib.util.spec_from_file_location("device_check", CHECK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    partial = tmp_path / "partial.txt"
+    code = (
+        "import sys, time\n"
+        "print('started', flush=True)\n"
+        "try:\n"
+        "    time.sleep(60)\n"
+        "except KeyboardInterrupt:\n"
+        f"    open({str(partial)!r}, 'w').write('partial report')\n"
+        "    print('interrupted', flush=True)\n"
+        "    sys.exit(3)\n"
+    )
+    t0 = time.monotonic()
+    status, output = module.run_interruptible([sys.executable, "-c", code], dict(os.environ), timeout=5, grace=20)
+    assert (status, output.split()) == (3, ["started", "interrupted"]), (status, output)
+    assert partial.read_text() == "partial report"
+    assert time.monotonic() - t0 < 25
+    # One that ignores SIGINT is killed after the grace period.
+    stubborn = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)"
+    status, _ = module.run_interruptible([sys.executable, "-c", stubborn], dict(os.environ), timeout=1, grace=1)
+    assert status == -9, status

@@ -76,6 +76,19 @@ def test_blas_operand(cases: dict[str, dict[str, object]], name: str, expected: 
     assert got == expected, f"{name}: got {got}, expected {expected}"
 
 
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("dense_rows", True), ("size1_any_stride", True), ("transposed_rows", False),
+     ("empty_odd_strides", True), ("padded_matrix", False)],
+)
+def test_row_major_follows_pytorchs_contiguity(
+    cases: dict[str, dict[str, object]], name: str, expected: bool
+) -> None:
+    # The GEMM kernels check their outputs with it: a tensor PyTorch calls
+    # contiguous (which the bridge hands a CONTIGUOUS_OUTPUTS kernel) must pass.
+    assert cases[name]["row_major"] is expected, (name, cases[name])
+
+
 def test_window_sizes_follow_pytorch(cases: dict[str, dict[str, object]]) -> None:
     # ResNet's stem conv (224 -> 112) and max pool (112 -> 56); ceil_mode with
     # the last-window rule (5, k2 s2 -> 3; 6, k3 s3 p1 -> 3); a window larger

@@ -32,9 +32,11 @@ import json
 import math
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -261,6 +263,13 @@ def model_worker(args: argparse.Namespace) -> dict[str, Any]:
     synchronize(args.device)
     result["ops_per_step"] = counter.count
     result["host_us_per_op"] = result["host_s_median"] / max(1, counter.count) * 1e6
+    # Where the device time of one step goes: its kernels by device time
+    # (torch.profiler; CUDA kernels natively, the plugin's kernels through the
+    # bridge's activity profiler). Untimed, after the measured steps.
+    try:
+        result["top_kernels"] = top_kernels(args.device, step)
+    except Exception as exc:  # noqa: BLE001 - a profile that fails is a note, not a failed check
+        result["top_kernels_error"] = f"{type(exc).__name__}: {exc}"[-500:]
     if scope is not None:
         table = scope.table
         totals = table.totals()
@@ -272,6 +281,26 @@ def model_worker(args: argparse.Namespace) -> dict[str, Any]:
               "time_ms": r.time_ns / 1e6} for r in table.fallbacks()),
             key=lambda r: -r["time_ms"])
     return result
+
+
+def top_kernels(device: str, step: Any, count: int = 12) -> list[dict[str, Any]]:
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    if device == "cpu":
+        return []
+    activity, kind = ((ProfilerActivity.CUDA, DeviceType.CUDA) if device == "cuda"
+                      else (ProfilerActivity.PrivateUse1, DeviceType.PrivateUse1))
+    with profile(activities=[ProfilerActivity.CPU, activity]) as prof:
+        step()
+        synchronize(device)
+    # Only the device's own records: in a CUDA build of torch, CUPTI also
+    # reports the CUDA kernels a plugin's kernel launched, inside its span.
+    kernels = [a for a in prof.key_averages() if a.device_type == kind and a.self_device_time_total > 0]
+    total = sum(a.self_device_time_total for a in kernels) or 1.0
+    kernels.sort(key=lambda a: -a.self_device_time_total)
+    return [{"kernel": a.key[:120], "calls": a.count, "ms": a.self_device_time_total / 1e3,
+             "share": a.self_device_time_total / total} for a in kernels[:count]]
 
 
 # ---------------------------------------------------------------------------
@@ -394,8 +423,12 @@ def ops_worker(args: argparse.Namespace) -> dict[str, Any]:
         registration = {"kernels": len(handle.kernels), "rejected_kernels": list(handle.rejected_kernels),
                         "adapted_kernels": list(getattr(handle, "adapted_kernels", ())),
                         "devices": [d.name for d in handle.devices]}
-    results = []
+    results: list[dict[str, Any]] = []
+    report = {"device": args.device, "torch": torch.__version__, "registration": registration, "cases": results}
     for name, fn in op_cases():
+        # Written before each case: a case that kills the process leaves the
+        # ones before it, and its own name, on disk.
+        Path(args.json).write_text(json.dumps(dict(report, running=name), indent=1), encoding="utf-8")
         entry: dict[str, Any] = {"case": name}
         try:
             expected = [t.detach().cpu() if t is not None else None for t in fn("cpu")]
@@ -426,8 +459,7 @@ def ops_worker(args: argparse.Namespace) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001 - each case is a result
             entry.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:500])
         results.append(entry)
-    torch_version = torch.__version__
-    return {"device": args.device, "torch": torch_version, "registration": registration, "cases": results}
+    return report
 
 
 # ---------------------------------------------------------------------------
@@ -499,10 +531,28 @@ class Check:
         (self.out / "device_check.md").write_text(markdown(self.report), encoding="utf-8")
 
 
+def run_interruptible(cmd: list[str], env: dict[str, str], timeout: float, grace: float) -> tuple[int, str]:
+    """Runs cmd; past `timeout` sends SIGINT and waits `grace` seconds more
+    before killing it. Returns the exit status and the output."""
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        try:
+            code = proc.wait(timeout=max(1.0, timeout))
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            try:
+                code = proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = proc.wait()
+        out.seek(0)
+        return code, out.read()
+
+
 def worker_env(site: Path | None, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ, TORCH_FL_AUTOLOAD="0", TORCH_DEVICE_BACKEND_AUTOLOAD="0", HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1", TORCH_FL_FALLBACK="silent",
-               FLCUDA_ALLOW_TF32="0")
+               FLCUDA_ALLOW_TF32="0", PYTHONFAULTHANDLER="1")  # a crashing worker prints its Python stack
     if site is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.update(extra or {})
@@ -576,7 +626,7 @@ def model_stage(check: Check, model: str, fl_dev: str, base_dev: str, plugin_pat
                 res["differences"] = {"error": f"{type(exc).__name__}: {exc}"}
         check.report["summary"][model] = res
         if "error" in res["torchfl"] or "error" in res["native"]:
-            raise RuntimeError("; ".join(f"{k}: {v['error'][:300]}" for k, v in res.items()
+            raise RuntimeError("; ".join(f"{k}: {v['error'][-300:]}" for k, v in res.items()
                                          if isinstance(v, dict) and "error" in v))
         return res
 
@@ -614,9 +664,23 @@ def run_check(args: argparse.Namespace) -> int:
 
     check.stage("environment", environment, 60)
 
+    def prebuilt(code: str) -> str | None:
+        """What `code` prints when the site already holds a working build (a
+        carried wheel, installed by run.sh), else None."""
+        proc = subprocess.run([sys.executable, "-c", code], env=worker_env(site), capture_output=True, text=True,
+                              timeout=120, check=False)
+        if proc.returncode != 0:
+            check.emit(f"no usable prebuilt package: {(proc.stderr or proc.stdout).strip()[-400:]}")
+            return None
+        return proc.stdout.strip().splitlines()[-1]
+
     if site is not None and not args.skip_bridge_build:
         def build_bridge(timeout: float) -> None:
             site.mkdir(parents=True, exist_ok=True)
+            found = prebuilt("import torch, torch_fl, torch_fl._C; print(torch_fl.__version__, torch_fl.__file__)")
+            if found is not None:
+                check.report["bridge"] = f"torch-fl {found}: already built (a carried wheel), not rebuilt"
+                return
             env = dict(os.environ, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 4))
             check.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps",
                        "--target", str(site), "--upgrade", str(REPO)], timeout, env=env)
@@ -628,9 +692,12 @@ def run_check(args: argparse.Namespace) -> int:
             nonlocal plugin_path
             env = dict(os.environ, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 4))
             t0 = time.monotonic()
-            check.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps",
-                       "--target", str(site), "--upgrade", str(PLUGIN_DIR)], timeout, env=env)
             lib = site / "torch_flcuda" / "libflcuda.so"
+            if lib.is_file():
+                check.report["plugin_build"] = f"{lib}: already built (a carried wheel), not rebuilt"
+            else:
+                check.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps",
+                           "--target", str(site), "--upgrade", str(PLUGIN_DIR)], timeout, env=env)
             if not lib.is_file():
                 raise FileNotFoundError(f"the plugin build left no {lib}")
             check.report["plugin_build_s"] = round(time.monotonic() - t0, 1)
@@ -663,10 +730,13 @@ def run_check(args: argparse.Namespace) -> int:
         cmd = [sys.executable, str(Path(__file__).resolve()), "ops", "--device", fl_dev, "--json", str(js)]
         if plugin_path:
             cmd += ["--plugin-path", plugin_path]
-        check.run(cmd, timeout, env=worker_env(site))
-        res = json.loads(js.read_text(encoding="utf-8"))
-        js.unlink()
-        check.report["summary"]["ops"] = res
+        try:
+            check.run(cmd, timeout, env=worker_env(site))
+        finally:
+            if js.is_file():
+                check.report["summary"]["ops"] = json.loads(js.read_text(encoding="utf-8"))
+                js.unlink()
+        res = check.report["summary"]["ops"]
         bad = [c["case"] for c in res["cases"] if not c.get("ok")]
         if bad:
             raise RuntimeError(f"{len(bad)} op cases differ from the CPU or failed: {bad}")
@@ -688,11 +758,13 @@ def run_check(args: argparse.Namespace) -> int:
                 cmd += ["--ops", args.conformance_ops]
             env = worker_env(site)
             env.pop("TORCH_FL_FALLBACK")
+            check.emit("$ " + " ".join(cmd))
             try:
-                proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-                check.log.write(proc.stdout[-20000:] + proc.stderr[-20000:])
-                check.report["conformance"] = {"exit_status": proc.returncode,
-                                               "tail": (proc.stdout + proc.stderr)[-3000:]}
+                # Interrupted (SIGINT) when its time is up, the suite writes a
+                # partial report: tests not reached are NOT_RUN.
+                code, text = run_interruptible(cmd, env, timeout - 30, grace=25)
+                check.log.write(text[-40000:])
+                check.report["conformance"] = {"exit_status": code, "tail": text[-3000:]}
             finally:
                 for name in ("summary.md", "report.md"):
                     if (report_dir / name).is_file():
@@ -704,8 +776,8 @@ def run_check(args: argparse.Namespace) -> int:
                     with open(report_dir / "report.json", "rb") as src, \
                             gzip.open(out / "conformance_report.json.gz", "wb") as dst:
                         shutil.copyfileobj(src, dst)
-            if proc.returncode != 0:
-                raise RuntimeError(f"torchfl-conformance exited {proc.returncode} (level not reached or error)")
+            if code != 0:
+                raise RuntimeError(f"torchfl-conformance exited {code} (level not reached, interrupted or error)")
 
         check.stage(f"conformance_{args.conformance_level}", conformance, 10_000)
 
@@ -741,12 +813,15 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append("")
     lines += ["| stage | status | seconds | note |", "| --- | --- | --- | --- |"]
     for s in report["stages"]:
-        note = (s.get("error") or "").replace("\n", " ").replace("|", "/")[:200]
+        # The end of an error says what went wrong (the start of a traceback does not).
+        note = (s.get("error") or "").replace("\n", " ").replace("|", "/")[-240:]
         lines.append(f"| {s['name']} | {s['status']} | {s['seconds']} | {note} |")
     lines.append("")
-    if "plugin_build_s" in report:
-        lines.append(f"Plugin build (pip, nvcc): {report['plugin_build_s']} s")
-        lines.append("")
+    for key, label in (("bridge", "Bridge"), ("plugin_build", "Plugin")):
+        if key in report:
+            lines += [f"{label}: {report[key]}", ""]
+    if "plugin_build_s" in report and "plugin_build" not in report:
+        lines += [f"Plugin build (pip, nvcc): {report['plugin_build_s']} s", ""]
     summary = report.get("summary", {})
     for model in ("resnet50", "bert"):
         res = summary.get(model)
@@ -756,7 +831,7 @@ def markdown(report: dict[str, Any]) -> str:
         for role in ("native", "torchfl"):
             r = res.get(role, {})
             if "error" in r:
-                lines.append(f"- {role}: FAILED: {r['error'][:400]}")
+                lines.append(f"- {role}: FAILED: ...{r['error'][-600:]}")
             elif r:
                 lines.append(f"- {role} ({r.get('device')}, {r.get('source')}, {r.get('shape')}): step "
                              f"{_fmt(r.get('step_s_median', 0) * 1e3, ' ms')}, host {_fmt(r.get('host_s_median', 0) * 1e3, ' ms')}"
@@ -782,6 +857,14 @@ def markdown(report: dict[str, Any]) -> str:
                 la = diffs["gradient_largest_abs_diff"]
                 lines.append(f"- largest absolute gradient difference {_fmt(la['max_abs'])} ({la['param']}); "
                              f"gradients up to {_fmt(diffs['gradient_max_abs'])}")
+        for role in ("native", "torchfl"):
+            r = res.get(role, {})
+            if r.get("top_kernels"):
+                lines.append(f"- {role} device time of one step by kernel: " + "; ".join(
+                    f"{k['kernel'][:60]} {_fmt(k['ms'], ' ms')} ({k['share']:.0%}, {k['calls']}x)"
+                    for k in r["top_kernels"][:8]))
+            elif r.get("top_kernels_error"):
+                lines.append(f"- {role} kernel profile failed: {r['top_kernels_error'][-200:]}")
         fl = res.get("torchfl", {})
         if fl.get("op_path"):
             p = fl["op_path"]
@@ -797,6 +880,8 @@ def markdown(report: dict[str, Any]) -> str:
         if reg:
             lines += [f"{reg.get('kernels')} kernels registered; rejected: {reg.get('rejected_kernels') or 'none'}; "
                       f"adapted: {reg.get('adapted_kernels') or 'none'}; devices: {reg.get('devices')}", ""]
+        if ops.get("running"):
+            lines += [f"The worker ended during case {ops['running']} (cases after it did not run).", ""]
         lines += ["| case | ok | max abs | max rel | fallbacks |", "| --- | --- | --- | --- | --- |"]
         for c in ops["cases"]:
             note = c.get("error") or ", ".join(c.get("fallbacks", []))

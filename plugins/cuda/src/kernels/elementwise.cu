@@ -414,6 +414,14 @@ void fill_ref(cudaStream_t stream, const TensorRef& dst, double value) {
   launch_plan<1>(stream, p, compute_for(dst.dtype), CopyOp{}, false);
 }
 
+void scale_into(cudaStream_t stream, const TensorRef& dst, const TensorRef& src, double factor) {
+  Operand in[2];
+  in[0].ref = &src;
+  in[1] = constant_operand(factor, static_cast<int64_t>(factor), TFL_DTYPE_FLOAT64);
+  const DevPlan p = make_plan(dst, in, 2);
+  launch_plan<2>(stream, p, compute_for(dst.dtype), MulOp{}, false);
+}
+
 // ---------------------------------------------------------------------------
 // Entry points
 // ---------------------------------------------------------------------------

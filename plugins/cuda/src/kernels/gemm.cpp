@@ -72,9 +72,13 @@ void gemm(const KernelCall& call, int32_t dtype, int64_t batch, const Matrix& A,
   check_int(batch, "batch");
   const cudaDataType_t type = cuda_type(dtype);
   if (K == 0) {
-    // Nothing to multiply: C = beta C.
+    // Nothing to multiply: C = beta C (an addmm of empty matrices is beta * self).
     const TensorRef c = dense_ref(C, dtype, {batch, M, N});
-    if (beta == 0.0) fill_ref(call.stream(), c, 0.0);
+    if (beta == 0.0) {
+      fill_ref(call.stream(), c, 0.0);
+    } else if (beta != 1.0) {
+      scale_into(call.stream(), c, c, beta);
+    }
     return;
   }
   const BlasArg a = blas_arg(call, A, batch, dtype);

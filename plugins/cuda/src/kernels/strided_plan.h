@@ -115,8 +115,12 @@ inline LayoutPlan plan_layout(const OperandView* ops, int32_t num_ops) {
   return plan;
 }
 
-// True when a tensor is dense and row-major.
+// True when a tensor is dense and row-major. As in PyTorch, the strides of
+// size-1 dimensions do not matter, and an empty tensor (no element to
+// address) is dense whatever its strides.
 inline bool is_row_major(const int64_t* sizes, const int64_t* strides, int32_t ndim) {
+  for (int32_t d = 0; d < ndim; ++d)
+    if (sizes[d] == 0) return true;
   int64_t expected = 1;
   for (int32_t d = ndim - 1; d >= 0; --d) {
     if (sizes[d] != 1 && strides[d] != expected) return false;

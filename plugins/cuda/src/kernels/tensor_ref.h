@@ -60,4 +60,7 @@ void copy_into(cudaStream_t stream, const TensorRef& dst, const TensorRef& src);
 // Fills dst with `value`.
 void fill_ref(cudaStream_t stream, const TensorRef& dst, double value);
 
+// dst = factor * src (src broadcast to dst's shape; dst may be src).
+void scale_into(cudaStream_t stream, const TensorRef& dst, const TensorRef& src, double factor);
+
 }  // namespace flcuda
