@@ -46,8 +46,8 @@ from torch_fl_conformance.tolerances import (
     Mismatch,
     compare,
     compared_outputs,
-    flatten,
     duplicate_write_dims,
+    flatten,
     tie_order_indices,
 )
 

@@ -664,23 +664,19 @@ def run_check(args: argparse.Namespace) -> int:
 
     check.stage("environment", environment, 60)
 
-    def prebuilt(code: str) -> str | None:
-        """What `code` prints when the site already holds a working build (a
-        carried wheel, installed by run.sh), else None."""
-        proc = subprocess.run([sys.executable, "-c", code], env=worker_env(site), capture_output=True, text=True,
-                              timeout=120, check=False)
-        if proc.returncode != 0:
-            check.emit(f"no usable prebuilt package: {(proc.stderr or proc.stdout).strip()[-400:]}")
-            return None
-        return proc.stdout.strip().splitlines()[-1]
-
     if site is not None and not args.skip_bridge_build:
         def build_bridge(timeout: float) -> None:
             site.mkdir(parents=True, exist_ok=True)
-            found = prebuilt("import torch, torch_fl, torch_fl._C; print(torch_fl.__version__, torch_fl.__file__)")
-            if found is not None:
+            # A bridge already in the site (a carried wheel run.sh installed) is
+            # used when it loads under this torch.
+            probe = subprocess.run(
+                [sys.executable, "-c", "import torch, torch_fl, torch_fl._C; print(torch_fl.__version__, torch_fl.__file__)"],
+                env=worker_env(site), capture_output=True, text=True, timeout=120, check=False)
+            if probe.returncode == 0:
+                found = probe.stdout.strip().splitlines()[-1]
                 check.report["bridge"] = f"torch-fl {found}: already built (a carried wheel), not rebuilt"
                 return
+            check.emit(f"no usable prebuilt bridge: {(probe.stderr or probe.stdout).strip()[-400:]}")
             env = dict(os.environ, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 4))
             check.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps",
                        "--target", str(site), "--upgrade", str(REPO)], timeout, env=env)
