@@ -88,3 +88,33 @@ def test_outputs_match_the_cpu(flemu, name, fn) -> None:  # noqa: ANN001
         f"{name}: flemu {(got.dtype, tuple(got.shape), got.stride())}, "
         f"cpu {(expected.dtype, tuple(expected.shape), expected.stride())}")
     torch.testing.assert_close(got.cpu(), expected, rtol=1.3e-6, atol=1e-6)
+
+
+def _sized_cases() -> list[tuple[str, object]]:
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+    t = torch.randn(5, 4).t()
+    return [
+        ("relu channels_last", lambda d: torch.relu(x.to(d))),
+        ("mul transposed", lambda d: t.to(d) * 3),
+        ("exp of no rows", lambda d: torch.ones(0, 4).to(d).exp()),
+        ("exp of 0-dim", lambda d: torch.tensor(0.5).to(d).exp()),
+    ]
+
+
+@pytest.mark.parametrize("name,fn", _sized_cases(), ids=[c[0] for c in _sized_cases()])
+def test_outputs_made_from_a_cached_entry_have_the_cpus_layout_and_storage(flemu, name, fn) -> None:  # noqa: ANN001
+    # A call shape's first call fills its metadata entry; later calls make
+    # their outputs from the entry's sizes, strides and storage size alone.
+    expected = fn("cpu")
+    for _ in range(3):
+        got = fn(flemu.name)
+    layout = (got.shape, got.stride(), got.storage_offset(), got.untyped_storage().nbytes(),
+              got.is_contiguous(), got.is_contiguous(memory_format=torch.channels_last))
+    want = (expected.shape, expected.stride(), 0, expected.untyped_storage().nbytes(),
+            expected.is_contiguous(), expected.is_contiguous(memory_format=torch.channels_last))
+    assert layout == want, f"{name}: flemu {layout}, cpu {want}"
+    torch.testing.assert_close(got.cpu(), expected, rtol=1.3e-6, atol=1e-5)
+    # Its storage is its own and resizable, as empty_strided's is.
+    got.resize_(2 * got.numel() + 3)
+    assert got.untyped_storage().nbytes() >= (2 * expected.numel() + 3) * got.element_size()

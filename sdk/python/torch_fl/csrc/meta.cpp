@@ -3,8 +3,10 @@
 #include "op_rules.h"
 
 #include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
 #include <c10/util/strides.h>
 
+#include <algorithm>
 #include <atomic>
 
 namespace torch_fl::bridge {
@@ -73,12 +75,25 @@ bool writes_only_self(const Signature& sig, c10::ArrayRef<c10::IValue> args) {
 } // namespace
 
 size_t MetaKeyHash::operator()(const MetaKey& key) const {
-  uint64_t h = 1469598103934665603ull;
-  for (int64_t w : key.words) {
-    h ^= static_cast<uint64_t>(w);
-    h *= 1099511628211ull;
-    h ^= h >> 29;
+  // Two independent multiply chains over alternate words (each word costs
+  // a dependent multiply; a key has tens of words), mixed at the end so
+  // that high input bits reach the low bits the bucket index uses.
+  const int64_t* w = key.words.data();
+  const size_t n = key.words.size();
+  uint64_t a = 1469598103934665603ull;
+  uint64_t b = 0x9e3779b97f4a7c15ull;
+  size_t i = 0;
+  for (; i + 1 < n; i += 2) {
+    a = (a ^ static_cast<uint64_t>(w[i])) * 1099511628211ull;
+    b = (b ^ static_cast<uint64_t>(w[i + 1])) * 0xff51afd7ed558ccdull;
   }
+  if (i < n) {
+    a = (a ^ static_cast<uint64_t>(w[i])) * 1099511628211ull;
+  }
+  uint64_t h = a ^ (b + 0x632be59bd9b4e019ull + (a << 6)) ^ n;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 29;
   return static_cast<size_t>(h);
 }
 
@@ -102,6 +117,19 @@ void set_meta_cache_enabled(bool enabled) {
 
 bool meta_cache_enabled() {
   return g_enabled.load(std::memory_order_relaxed);
+}
+
+void set_nbytes(std::vector<OutSpec>& specs) {
+  for (OutSpec& spec : specs) {
+    // ComplexHalf stays unsized: creating one warns that it is experimental,
+    // which the generic path does.
+    if (!spec.defined || spec.dtype == c10::ScalarType::Undefined ||
+        spec.dtype == c10::ScalarType::ComplexHalf || spec.sizes.size() != spec.strides.size() ||
+        std::any_of(spec.sizes.begin(), spec.sizes.end(), [](int64_t s) { return s < 0; })) {
+      continue;
+    }
+    spec.nbytes = at::detail::computeStorageNbytes(spec.sizes, spec.strides, c10::elementSize(spec.dtype));
+  }
 }
 
 std::vector<OutSpec> specs_of(const torch::jit::Stack& results) {

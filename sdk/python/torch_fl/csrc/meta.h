@@ -32,7 +32,14 @@ struct OutSpec {
   c10::DimVector sizes;
   c10::DimVector strides;
   bool defined = true; // false: the caller did not ask for it (output_mask)
+  // Bytes of storage the layout spans, set once per cache entry (set_nbytes);
+  // kUnknownBytes: not set, or sizes a meta function got wrong (negative).
+  size_t nbytes = kUnknownBytes;
+  static constexpr size_t kUnknownBytes = ~size_t{0};
 };
+
+// Fills in each defined spec's nbytes (see OutSpec::nbytes).
+void set_nbytes(std::vector<OutSpec>& specs);
 
 // A fact about a cache entry's calls learned on the first of them and read
 // by the rest: -1 not yet known, 0 no, 1 yes. A copy starts unknown.

@@ -41,6 +41,19 @@ std::vector<bool> read_write_args(const Signature& sig, const std::optional<c10:
   return rw;
 }
 
+// A native call's scratch, reused by the thread's next call: one
+// thread-local lookup per call (each costs a call into the loader).
+struct CallState {
+  MetaKey key;
+  Operands ops;
+  CallScratch marshal;
+  void clear() {
+    key.clear();
+    ops.clear();
+    marshal.clear();
+  }
+};
+
 // Counter-based RNG: the kernel may use [offset, offset + span) of the
 // generator's stream for seed; the host generator moves past them.
 void reserve_random(
@@ -104,14 +117,11 @@ void NativeKernel::operator()(
       return;
     }
   }
+  ThreadScratch<CallState> state;
   CallShape call;
-  std::shared_ptr<const MetaEntry> meta;
   uint64_t setup = 0;
-  {
-    ThreadScratch<MetaKey> key;
-    scan_call(sig_, args, call, *key);
-    meta = metadata(op, args, *key, &setup);
-  }
+  scan_call(sig_, args, call, state->key);
+  const std::shared_ptr<const MetaEntry> meta = metadata(op, args, state->key, &setup);
   call.dtype = meta->common_dtype;
   if (call.dtype == c10::ScalarType::Undefined && !meta->outs.empty()) {
     call.dtype = meta->outs[0].dtype;
@@ -121,13 +131,12 @@ void NativeKernel::operator()(
     return;
   }
   OpCounter& counter = counters_.get(call.dtype);
-  ThreadScratch<Operands> scratch;
-  Operands& ops = *scratch;
+  Operands& ops = state->ops;
   uint64_t in_plugin = 0;
   try {
     prepare_operands(rules_, args, *meta, call, ops);
     std::string declined;
-    if (!launch(args, call, ops, &declined, &in_plugin)) {
+    if (!launch(args, call, ops, state->marshal, &declined, &in_plugin)) {
       const std::string reason = "the kernel declined this call: " + declined;
       run_fallback(op, ks, stack, reason.c_str());
       return;
@@ -171,6 +180,7 @@ std::shared_ptr<const MetaEntry> NativeKernel::metadata(
   }
   auto entry = std::make_shared<MetaEntry>();
   *setup = measure_setup([&] { *entry = compute_meta(meta_source_, op, args); });
+  set_nbytes(entry->outs);
   entry->common_dtype = common_dtype(sig_, args);
   if (cached) {
     cache_.insert(key, entry);
@@ -195,10 +205,9 @@ bool NativeKernel::launch(
     c10::ArrayRef<c10::IValue> args,
     const CallShape& call,
     const Operands& ops,
+    CallScratch& s,
     std::string* declined,
     uint64_t* in_plugin) const {
-  ThreadScratch<CallScratch> scratch;
-  CallScratch& s = *scratch;
   marshal_call(sig_, args, call, ops, s);
   KernelCall kernel_call(
       call.device, StreamRegistry::get().current_native(call.device), sig_.name.c_str(),

@@ -29,6 +29,8 @@
 
 namespace torch_fl::bridge {
 
+struct CallScratch; // marshal.h
+
 // What the plugin declared for one kernel (TFL_KernelDesc).
 struct KernelSpec {
   std::string op;
@@ -66,7 +68,7 @@ class NativeKernel final : public c10::OperatorKernel {
   const char* why_not_native(const CallShape& call, const MetaEntry& meta) const;
   // `in_plugin` receives the time spent inside the plugin's kernel function.
   bool launch(c10::ArrayRef<c10::IValue> args, const CallShape& call, const Operands& ops,
-              std::string* declined, uint64_t* in_plugin) const;
+              CallScratch& s, std::string* declined, uint64_t* in_plugin) const;
   void push_results(torch::jit::Stack* stack, size_t nargs, Operands& ops, const MetaEntry& meta) const;
 
   KernelSpec spec_;

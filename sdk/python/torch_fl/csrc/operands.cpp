@@ -128,6 +128,9 @@ class Builder {
     if (rules_.memory_format == TFL_MEMORY_FORMAT_CHANNELS_LAST && spec.sizes.size() == 4) {
       return empty_device(spec.sizes, spec.dtype, call_.device, c10::MemoryFormat::ChannelsLast);
     }
+    if (spec.nbytes != OutSpec::kUnknownBytes) {
+      return empty_device_sized(spec.sizes, spec.strides, spec.nbytes, spec.dtype, call_.device);
+    }
     return empty_device(spec.sizes, spec.strides, spec.dtype, call_.device);
   }
 
