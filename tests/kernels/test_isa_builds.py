@@ -1,5 +1,5 @@
-"""flemu's elementwise loops, softmax rows, attention heads, dense dropout
-and fused-region executor are built for baseline x86-64, AVX2 and AVX-512
+"""flemu's elementwise loops, softmax rows, attention heads, dense dropout,
+fused optimizer steps and fused-region executor are built for baseline x86-64, AVX2 and AVX-512
 (kernels/support/isa.h) and take the widest build the CPU runs; FLEMU_ISA
 caps it. No build contracts or reassociates, so every kernel here and every
 compiled region must give the same bits under each build this CPU runs, on
@@ -57,6 +57,28 @@ for dtype in (torch.float32, torch.bfloat16, torch.float64):
     grads = torch.autograd.grad(o, (q, k, v), torch.ones_like(o))
     for name, t in zip(("sdpa", "sdpa_dq", "sdpa_dk", "sdpa_dv"), (o, *grads)):
         out[f"{name}-{dtype}"] = hashlib.sha256(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+    # Fused optimizer steps: parameters and state after three steps, one
+    # tensor on one thread and one split over the pool.
+    shapes = ((37, 53), (300, 700))
+    params = [torch.randn(s, generator=g).to(dtype) for s in shapes]
+    grads = [torch.randn(s, generator=g).to(dtype) for s in shapes]
+    optimizers = {
+        "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.01, fused=True),
+        "adam_amsgrad": lambda ps: torch.optim.Adam(ps, lr=1e-2, amsgrad=True, maximize=True, fused=True),
+        "sgd_nesterov": lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9, nesterov=True, weight_decay=1e-3,
+                                                   fused=True),
+    }
+    for name, make in optimizers.items():
+        ps = [p.to("flemu").requires_grad_() for p in params]
+        for p, grad in zip(ps, grads):
+            p.grad = grad.to("flemu")
+        opt = make(ps)
+        for _ in range(3):
+            opt.step()
+        digest = hashlib.sha256()
+        for t in [*ps, *(v for st in opt.state.values() for v in st.values())]:
+            digest.update(t.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
+        out[f"{name}-{dtype}"] = digest.hexdigest()
 print(json.dumps(out))
 """
 
@@ -146,7 +168,7 @@ def regions() -> dict[str, dict[str, dict]]:
 
 def test_every_case_ran(hashes) -> None:  # noqa: ANN001
     baseline = hashes["baseline"]
-    assert len(baseline) == 3 * (2 * (15 * 2 + 8 * 2) + 4)
+    assert len(baseline) == 3 * (2 * (15 * 2 + 8 * 2) + 4 + 3)
     assert all(run.keys() == baseline.keys() for run in hashes.values())
 
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "support/isa.h"
 #include "support/nn_common.h"
 #include "support/registry.h"
 
@@ -135,16 +136,19 @@ struct AdamJob {
 };
 
 // Elements per block: each step of the update is a separate tight loop over
-// a block of float values (so it vectorizes), and a block stays in L1.
+// a block of float values (so it vectorizes), and a block stays in L1. The
+// loops over a chunk's blocks run in the widest build of with_isa (isa.h);
+// the helpers they call are always inlined so that each build vectorizes its
+// own copy.
 constexpr int64_t kBlock = 256;
 
 template <class T, class C>
-inline void load_block(const T* src, int64_t n, C* dst) {
+[[gnu::always_inline]] inline void load_block(const T* src, int64_t n, C* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<C>(to_compute(src[i]));
 }
 
 template <class T, class C>
-inline void store_block(const C* src, int64_t n, T* dst) {
+[[gnu::always_inline]] inline void store_block(const C* src, int64_t n, T* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = convert<T>(src[i]);
 }
 
@@ -152,7 +156,7 @@ inline void store_block(const C* src, int64_t n, T* dst) {
 // written back unscaled, as PyTorch's fused optimizers leave it), negated to
 // maximize.
 template <class T, class C>
-inline void load_grad_block(T* grad, int64_t n, bool scaled, C scale, bool maximize, C* g) {
+[[gnu::always_inline]] inline void load_grad_block(T* grad, int64_t n, bool scaled, C scale, bool maximize, C* g) {
   load_block(grad, n, g);
   if (scaled) {
     for (int64_t i = 0; i < n; ++i) g[i] = g[i] / scale;
@@ -183,37 +187,39 @@ void run_adam(const AdamJob& j) {
     T* m = reinterpret_cast<T*>(s.ptr[2]);
     T* v = reinterpret_cast<T*>(s.ptr[3]);
     T* vmax = reinterpret_cast<T*>(s.ptr[4]);
-    alignas(64) C g[kBlock], p[kBlock], mv[kBlock], vv[kBlock], d[kBlock];
-    for (int64_t i0 = b; i0 < e; i0 += kBlock) {
-      const int64_t n = std::min(kBlock, e - i0);
-      load_grad_block(grad + i0, n, scaled, scale, j.maximize, g);
-      load_block(param + i0, n, p);
-      if (l2)
-        for (int64_t i = 0; i < n; ++i) g[i] = g[i] + wd * p[i];
-      if (decoupled)
-        for (int64_t i = 0; i < n; ++i) p[i] = p[i] * decay;
-      // exp_avg.lerp_(grad, 1 - beta1)
-      load_block(m + i0, n, mv);
-      if (w < C(0.5))
-        for (int64_t i = 0; i < n; ++i) mv[i] = mv[i] + w * (g[i] - mv[i]);
-      else
-        for (int64_t i = 0; i < n; ++i) mv[i] = g[i] - (g[i] - mv[i]) * (C(1) - w);
-      store_block(mv, n, m + i0);
-      // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-      load_block(v + i0, n, vv);
-      for (int64_t i = 0; i < n; ++i) vv[i] = vv[i] * beta2 + beta2c * g[i] * g[i];
-      store_block(vv, n, v + i0);
-      const C* sq = vv;
-      if (j.amsgrad) {
-        load_block(vmax + i0, n, d);
-        for (int64_t i = 0; i < n; ++i) d[i] = (d[i] > vv[i] || d[i] != d[i]) ? d[i] : vv[i];
-        store_block(d, n, vmax + i0);
-        sq = d;
+    with_isa([&]() __attribute__((always_inline)) {
+      alignas(64) C g[kBlock], p[kBlock], mv[kBlock], vv[kBlock], d[kBlock];
+      for (int64_t i0 = b; i0 < e; i0 += kBlock) {
+        const int64_t n = std::min(kBlock, e - i0);
+        load_grad_block(grad + i0, n, scaled, scale, j.maximize, g);
+        load_block(param + i0, n, p);
+        if (l2)
+          for (int64_t i = 0; i < n; ++i) g[i] = g[i] + wd * p[i];
+        if (decoupled)
+          for (int64_t i = 0; i < n; ++i) p[i] = p[i] * decay;
+        // exp_avg.lerp_(grad, 1 - beta1)
+        load_block(m + i0, n, mv);
+        if (w < C(0.5))
+          for (int64_t i = 0; i < n; ++i) mv[i] = mv[i] + w * (g[i] - mv[i]);
+        else
+          for (int64_t i = 0; i < n; ++i) mv[i] = g[i] - (g[i] - mv[i]) * (C(1) - w);
+        store_block(mv, n, m + i0);
+        // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        load_block(v + i0, n, vv);
+        for (int64_t i = 0; i < n; ++i) vv[i] = vv[i] * beta2 + beta2c * g[i] * g[i];
+        store_block(vv, n, v + i0);
+        const C* sq = vv;
+        if (j.amsgrad) {
+          load_block(vmax + i0, n, d);
+          for (int64_t i = 0; i < n; ++i) d[i] = (d[i] > vv[i] || d[i] != d[i]) ? d[i] : vv[i];
+          store_block(d, n, vmax + i0);
+          sq = d;
+        }
+        // param.addcdiv_(exp_avg, sqrt(s) / bias_correction2_sqrt + eps, value=-step_size)
+        for (int64_t i = 0; i < n; ++i) p[i] = p[i] + neg_step_size * (mv[i] / (std::sqrt(sq[i]) / bc2_sqrt + eps));
+        store_block(p, n, param + i0);
       }
-      // param.addcdiv_(exp_avg, sqrt(s) / bias_correction2_sqrt + eps, value=-step_size)
-      for (int64_t i = 0; i < n; ++i) p[i] = p[i] + neg_step_size * (mv[i] / (std::sqrt(sq[i]) / bc2_sqrt + eps));
-      store_block(p, n, param + i0);
-    }
+    });
   });
 }
 
@@ -283,31 +289,33 @@ void run_sgd(const SgdJob& j) {
     T* param = reinterpret_cast<T*>(s.ptr[0]);
     T* grad = reinterpret_cast<T*>(s.ptr[1]);
     T* buf = reinterpret_cast<T*>(s.ptr[2]);
-    alignas(64) C g[kBlock], p[kBlock], bv[kBlock];
-    for (int64_t i0 = b; i0 < e; i0 += kBlock) {
-      const int64_t n = std::min(kBlock, e - i0);
-      load_grad_block(grad + i0, n, scaled, scale, j.maximize, g);
-      load_block(param + i0, n, p);
-      if (j.weight_decay != 0.0)
-        for (int64_t i = 0; i < n; ++i) g[i] = g[i] + wd * p[i];
-      if (use_momentum) {
-        if (j.first) {
-          for (int64_t i = 0; i < n; ++i) bv[i] = g[i];
-        } else {
+    with_isa([&]() __attribute__((always_inline)) {
+      alignas(64) C g[kBlock], p[kBlock], bv[kBlock];
+      for (int64_t i0 = b; i0 < e; i0 += kBlock) {
+        const int64_t n = std::min(kBlock, e - i0);
+        load_grad_block(grad + i0, n, scaled, scale, j.maximize, g);
+        load_block(param + i0, n, p);
+        if (j.weight_decay != 0.0)
+          for (int64_t i = 0; i < n; ++i) g[i] = g[i] + wd * p[i];
+        if (use_momentum) {
+          if (j.first) {
+            for (int64_t i = 0; i < n; ++i) bv[i] = g[i];
+          } else {
+            load_block(buf + i0, n, bv);
+            for (int64_t i = 0; i < n; ++i) bv[i] = bv[i] * mom + damp * g[i];
+          }
+          store_block(bv, n, buf + i0);
+          // The reference reads the buffer back in its dtype.
           load_block(buf + i0, n, bv);
-          for (int64_t i = 0; i < n; ++i) bv[i] = bv[i] * mom + damp * g[i];
+          if (j.nesterov)
+            for (int64_t i = 0; i < n; ++i) g[i] = g[i] + mom * bv[i];
+          else
+            for (int64_t i = 0; i < n; ++i) g[i] = bv[i];
         }
-        store_block(bv, n, buf + i0);
-        // The reference reads the buffer back in its dtype.
-        load_block(buf + i0, n, bv);
-        if (j.nesterov)
-          for (int64_t i = 0; i < n; ++i) g[i] = g[i] + mom * bv[i];
-        else
-          for (int64_t i = 0; i < n; ++i) g[i] = bv[i];
+        for (int64_t i = 0; i < n; ++i) p[i] = p[i] + neg_lr * g[i];
+        store_block(p, n, param + i0);
       }
-      for (int64_t i = 0; i < n; ++i) p[i] = p[i] + neg_lr * g[i];
-      store_block(p, n, param + i0);
-    }
+    });
   });
 }
 
