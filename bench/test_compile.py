@@ -2,7 +2,8 @@
 
 - A chain of 20 elementwise ops on a 4M-element float32 tensor, compiled with
   backend="torchfl" (one fused region, one pass over memory) against eager
-  (20 native kernels). Target: compiled <= 0.35x eager time.
+  (20 native kernels) timed in the same rounds. Target: compiled <= 0.35x
+  eager time.
 - Peak device memory of the zoo's ResNet-18 training step (forward + backward):
   compiled with memory planning, against the same graphs executed without
   memory planning (memory_planning="none") — target <= 0.8x — and against
@@ -10,14 +11,12 @@
   .benchmarks/compile_memory.json; the step times are benchmarked too, the
   compiled step against an eager step timed in the same round (target:
   compiled <= 0.77x eager, i.e. 1.3x faster), so load on a shared machine
-  moves both alike.
+  moves both alike (_interleave.py).
 """
 
 from __future__ import annotations
 
 import json
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import pytest
 import torch
 import torch_fl
 import torch_fl.compile
+from _interleave import interleaved
 from torch import nn
 
 N = 4 * 1024 * 1024
@@ -60,31 +60,27 @@ def _synced(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tenso
     return run
 
 
-def test_chain20_eager(benchmark: Any, chain_input: torch.Tensor) -> None:
-    run = _synced(chain20)
-    run(chain_input)
-    with torch_fl.op_stats_scope() as scope:
-        run(chain_input)
-    native = sum(r.native for r in scope.table)
-    assert native == 20 and not scope.table.fallbacks(), scope.table
-    benchmark(run, chain_input)
-
-
 def test_chain20_compiled(benchmark: Any, chain_input: torch.Tensor) -> None:
-    benchmark.extra_info.update(baseline="test_chain20_eager", target=0.35)
+    benchmark.extra_info.update(target=0.35)
     import torch._dynamo
 
+    eager = _synced(chain20)
+    eager(chain_input)
+    with torch_fl.op_stats_scope() as scope:
+        expected = eager(chain_input)
+    native = sum(r.native for r in scope.table)
+    assert native == 20 and not scope.table.fallbacks(), scope.table
     torch._dynamo.reset()
     torch_fl.compile.clear_reports()
     run = _synced(torch.compile(chain20, backend="torchfl"))
     out = run(chain_input)
-    expected = _synced(chain20)(chain_input)
     torch.testing.assert_close(out.cpu(), expected.cpu(), rtol=1e-5, atol=1e-5)
     (report,) = torch_fl.compile.reports()
     assert len(report.accepted_regions) == 1 and len(report.accepted_regions[0].ops) == 20, (
         report.describe()
     )
-    benchmark(run, chain_input)
+    interleaved(benchmark, lambda: run(chain_input), lambda: eager(chain_input),
+                "eager chain, interleaved", rounds=15)
 
 
 # ---------------------------------------------------------------------------
@@ -177,17 +173,5 @@ def test_resnet18_step_compiled(benchmark: Any, resnet_peaks: dict[str, Any],
           f"planned/unplanned {info['planned_vs_unplanned']:.2f} (target <= 0.8), "
           f"planned/eager {info['planned_vs_eager']:.2f} (target <= 1.0)")
     model, eager = resnet_peaks["models"]["reuse"], resnet_peaks["models"]["eager"]
-    eager_times: list[float] = []
-
-    def eager_step() -> None:
-        # Each side's timed step follows an untimed one of its own.
-        _peak_of_step(eager, *resnet_batch)
-        start = time.perf_counter()
-        _peak_of_step(eager, *resnet_batch)
-        eager_times.append(time.perf_counter() - start)
-        _peak_of_step(model, *resnet_batch)
-
-    benchmark.pedantic(lambda: _peak_of_step(model, *resnet_batch), setup=eager_step, rounds=9,
-                       iterations=1)
-    benchmark.extra_info.update(baseline="eager step, interleaved",
-                                baseline_median_s=statistics.median(eager_times))
+    interleaved(benchmark, lambda: _peak_of_step(model, *resnet_batch),
+                lambda: _peak_of_step(eager, *resnet_batch), "eager step, interleaved", rounds=9)

@@ -3,9 +3,10 @@ forward + backward (input, weight and bias gradients) of one ResNet-18 layer,
 a 3x3, 64 -> 64 channel convolution on a batch of 8 CIFAR-sized 32x32 maps,
 the same at 16 channels (the zoo ResNet-18's width), and a strided 3x3,
 64 -> 128 downsampling layer. Reported as the ratio of
-medians flemu / CPU (target: <= 1.1x); nothing fails on a time. Each side
-first runs its step 10 times, past the tens of milliseconds a fresh process's
-threads may share one core (see test_kernels_gemm.py)."""
+medians flemu / CPU (target: <= 1.1x), the two sides timed in the same rounds
+(_interleave.py); nothing fails on a time. Each side first runs its step 10
+times, past the tens of milliseconds a fresh process's threads may share one
+core (see test_kernels_gemm.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch_fl
+from _interleave import interleaved
 
 LAYERS = {
     # The zoo ResNet-18's first stage: 16 channels, where a GEMM per sample is thin.
@@ -45,15 +47,10 @@ def make_step(layer: str, device: str) -> Callable[[], None]:
 
 
 @pytest.mark.parametrize("layer", sorted(LAYERS))
-def test_conv_fwd_bwd_cpu(benchmark, layer: str) -> None:
-    benchmark.pedantic(make_step(layer, "cpu"), rounds=9, iterations=1, warmup_rounds=10)
-
-
-@pytest.mark.parametrize("layer", sorted(LAYERS))
 def test_conv_fwd_bwd_flemu(benchmark, layer: str) -> None:
-    benchmark.extra_info.update(baseline=f"test_conv_fwd_bwd_cpu[{layer}]", target=1.1)
-    step = make_step(layer, "flemu")
+    benchmark.extra_info.update(target=1.1)
+    step, cpu_step = make_step(layer, "flemu"), make_step(layer, "cpu")
     with torch_fl.fallback_mode("error"), torch_fl.op_stats_scope() as scope:
-        benchmark.pedantic(step, rounds=9, iterations=1, warmup_rounds=10)
+        interleaved(benchmark, step, cpu_step, f"CPU {layer}, interleaved", rounds=9, warmup=10)
     for op in ("aten::convolution", "aten::convolution_backward"):
         assert scope.table.get(op).native > 0, scope.table

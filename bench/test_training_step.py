@@ -8,8 +8,8 @@ Reported (ratios of medians, and in .benchmarks/training_step.json):
 
 - step time, flemu / CPU, per model (target: <= 1.0x for the zoo's models,
   <= 1.2x for the torchvision layout), CPU and flemu rounds
-  interleaved (noise on a shared machine hits both), each timed step after an
-  untimed one on the same side. flemu's
+  interleaved (noise on a shared machine hits both), each timed step after
+  untimed ones on the same side (_interleave.py). flemu's
   kernels run on the same host cores as PyTorch's CPU kernels, so the ratio
   is the price of the device model (bridge, streams, emulated memory) plus
   any kernel that is slower than ATen's.
@@ -47,6 +47,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch_fl
+from _interleave import interleaved
 from torch import nn
 from torch_fl_conformance.zoo import get_model
 from torch_fl_conformance.zoo.resnet import ResNet18
@@ -170,37 +171,32 @@ def _record(name: str, key: str, value: float) -> None:
 
 @pytest.mark.parametrize("name", MODELS)
 def test_step_flemu(benchmark, name: str) -> None:
-    """flemu's step, each round preceded by a CPU step timed in the same round:
-    load on a shared machine then moves both sides alike."""
+    """flemu's step, each round preceded by a CPU step timed in the same round
+    (_interleave.py): load on a shared machine then moves both sides alike."""
     assert torch_fl.get_plugin() is not None, "the benchmark needs the flemu plugin"
     cpu = _Trainer(name, "cpu")
     trainer = _Trainer(name, "flemu")
-    cpu_times: list[float] = []
+    flemu_steps = 0
 
-    def cpu_step() -> None:
-        # Each side's timed step follows an untimed one of its own, so both are
-        # timed warm (OpenMP's and flemu's threads awake) and neither right
-        # after the other side, whose threads may still spin.
-        cpu.step()
-        start = time.perf_counter()
-        cpu.step()
-        cpu_times.append(time.perf_counter() - start)
+    def flemu_step() -> None:
+        nonlocal flemu_steps
+        flemu_steps += 1
         trainer.step()
 
     with torch_fl.fallback_mode("error"), torch_fl.op_stats_scope() as scope:
-        benchmark.pedantic(trainer.step, setup=cpu_step, rounds=ROUNDS, iterations=1)
+        interleaved(benchmark, flemu_step, cpu.step, "CPU step, interleaved", rounds=ROUNDS)
     median = benchmark.stats.stats.median
-    cpu_median = statistics.median(cpu_times)
-    benchmark.extra_info.update(baseline="CPU step, interleaved", baseline_median_s=cpu_median, target=TARGETS[name])
+    cpu_median = benchmark.extra_info["baseline_median_s"]
+    benchmark.extra_info.update(target=TARGETS[name])
     _record(name, "cpu_step_s", cpu_median)
     _record(name, "flemu_step_s", median)
     _record(name, "flemu_over_cpu", median / cpu_median)
 
     totals = scope.table.totals()
     assert totals.cpu_fallback == 0 and totals.failed == 0, scope.table
-    steps = 2 * ROUNDS  # the scope saw each round's warm-up step too
-    _record(name, "bridge_share", totals.bridge_time_ns / 1e9 / steps / median)
-    _record(name, "native_calls_per_step", totals.native / steps)
+    # The scope saw every flemu step, the untimed ones before each timed one too.
+    _record(name, "bridge_share", totals.bridge_time_ns / 1e9 / flemu_steps / median)
+    _record(name, "native_calls_per_step", totals.native / flemu_steps)
     _record_per_call(name, "", _per_step_totals(trainer.step, ROUNDS))
 
     issue, full = [], []
