@@ -3,10 +3,10 @@ shapes of the zoo BERT encoder's projections and feed-forward layers (tokens x
 hidden @ hidden x 4*hidden and back), its attention's batched products, and a
 square 512^3. Ratio of medians flemu / CPU (target: <= 1.1x), the two sides
 timed in the same rounds (_interleave.py); nothing fails on a time. Each side
-first runs its product 60 times: a fresh process's threads
-may start on one core (flemu's stream thread and pool helper then take turns,
-twice as slow, until the kernel's load balancer moves one, tens of milliseconds
-later), and the figure is the steady state a training run sees."""
+first runs its product 60 times: a fresh process's threads may start on one
+core (flemu's stream thread and pool helper then take turns, twice as slow,
+until the kernel's load balancer moves one, tens of milliseconds later), and
+the figure is the steady state a training run sees."""
 
 from __future__ import annotations
 
@@ -46,5 +46,5 @@ def test_gemm_flemu(benchmark, name: str) -> None:  # noqa: ANN001
     assert torch_fl.get_plugin() is not None, "the benchmark needs the flemu plugin"
     benchmark.extra_info.update(target=1.1)
     with torch_fl.fallback_mode("error"):
-        interleaved(benchmark, _product(name, "flemu"), _product(name, "cpu"), f"CPU {name}, interleaved",
-                    rounds=40, warmup=60)
+        interleaved(benchmark, _product(name, "flemu"), _product(name, "cpu"),
+                    f"CPU {name}, interleaved", rounds=40, warmup=60)

@@ -1,12 +1,12 @@
 """flemu's elementwise loops, softmax rows, attention heads, dense dropout,
-fused optimizer steps and fused-region executor are built for baseline x86-64, AVX2 and AVX-512
-(kernels/support/isa.h) and take the widest build the CPU runs; FLEMU_ISA
-caps it. No build contracts or reassociates, so every kernel here and every
-compiled region must give the same bits under each build this CPU runs, on
-dense, strided and broadcast operands, in every dtype, on the single-thread
-and the split-over-threads paths; compiled regions must also match eager
-execution (for bfloat16: eager in float32, which is how a region computes it
-before rounding its outputs once)."""
+fused optimizer steps and fused-region executor are built for baseline
+x86-64, AVX2 and AVX-512 (kernels/support/isa.h) and take the widest build
+the CPU runs; FLEMU_ISA caps it. No build contracts or reassociates, so every
+kernel here and every compiled region must give the same bits under each
+build this CPU runs, on dense, strided and broadcast operands, in every
+dtype, on the single-thread and the split-over-threads paths; compiled
+regions must also match eager execution (for bfloat16: eager in float32,
+which is how a region computes it before rounding its outputs once)."""
 
 from __future__ import annotations
 
@@ -64,9 +64,10 @@ for dtype in (torch.float32, torch.bfloat16, torch.float64):
     grads = [torch.randn(s, generator=g).to(dtype) for s in shapes]
     optimizers = {
         "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.01, fused=True),
-        "adam_amsgrad": lambda ps: torch.optim.Adam(ps, lr=1e-2, amsgrad=True, maximize=True, fused=True),
-        "sgd_nesterov": lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9, nesterov=True, weight_decay=1e-3,
-                                                   fused=True),
+        "adam_amsgrad": lambda ps: torch.optim.Adam(ps, lr=1e-2, amsgrad=True, maximize=True,
+                                                    fused=True),
+        "sgd_nesterov": lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9, nesterov=True,
+                                                   weight_decay=1e-3, fused=True),
     }
     for name, make in optimizers.items():
         ps = [p.to("flemu").requires_grad_() for p in params]
