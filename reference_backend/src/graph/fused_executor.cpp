@@ -1,13 +1,15 @@
 // Runs a fused program: tiles of kTile elements; per tile every input is
-// loaded (converted to the compute type) into its register, each
-// instruction runs as one tight loop over the tile, and the outputs are
+// loaded (converted to the compute type) into its register, the
+// instructions run over the tile block by block, and the outputs are
 // converted and stored. Memory is touched once per operand, whatever the
-// length of the chain.
+// length of the chain; a value that only feeds the next instruction
+// (Instr::chained) stays in vector registers and is not stored at all.
 //
 // The executor is built for each instruction set of
 // kernels/support/isa.h and runs the one chosen there.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "../kernels/support/dtype.h"
@@ -17,23 +19,30 @@
 
 namespace flemu::graph {
 namespace {
+// The width of one vector in each build (16 bytes: SSE2).
+#define FLEMU_VEC_BYTES 16
 namespace baseline {
 #include "fused_executor_impl.inc"
 }  // namespace baseline
+#undef FLEMU_VEC_BYTES
 
 #if defined(FLEMU_ISA_BUILDS)
 #pragma GCC push_options
 #pragma GCC target("avx2")
+#define FLEMU_VEC_BYTES 32
 namespace avx2 {
 #include "fused_executor_impl.inc"
 }  // namespace avx2
+#undef FLEMU_VEC_BYTES
 #pragma GCC pop_options
 
 #pragma GCC push_options
 FLEMU_PRAGMA_TARGET(FLEMU_AVX512_TARGET)
+#define FLEMU_VEC_BYTES 64
 namespace avx512 {
 #include "fused_executor_impl.inc"
 }  // namespace avx512
+#undef FLEMU_VEC_BYTES
 #pragma GCC pop_options
 #endif
 

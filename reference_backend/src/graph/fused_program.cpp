@@ -419,6 +419,16 @@ bool compile_program(const TFL_Graph& g, Program* program, Decline* out_decline)
         if (r >= 0) last_use[r] = k;
     for (size_t v = 0; v < nv; ++v)
       if (is_output[v]) last_use[v] = end;
+    // Chains: an instruction whose value is used once, as the next
+    // instruction's a, hands it over without a store.
+    std::vector<int32_t> uses(nv, 0);
+    for (const Instr& in : em.code)
+      for (int16_t v : {in.a, in.b, in.c})
+        if (v >= 0) ++uses[v];
+    for (int64_t k = 0; k + 1 < end; ++k) {
+      const int32_t dv = em.code[k].dst;
+      em.code[k].chained = !is_output[dv] && uses[dv] == 1 && em.code[k + 1].a == dv;
+    }
     std::vector<int32_t> reg_of(nv, -1);
     std::vector<int32_t> free_regs;
     int32_t num_regs = 0;

@@ -79,6 +79,9 @@ struct Instr {
   OpCode op = OpCode::Copy;
   int16_t dst = 0, a = -1, b = -1, c = -1;
   double imm[3] = {0.0, 0.0, 0.0};
+  // dst's only use is the next instruction's a, and it is no output: the
+  // executor hands it over in vector registers and never stores it.
+  bool chained = false;
 };
 
 // One input or output tensor of the region, laid out on the program's loop.
