@@ -1,5 +1,7 @@
 """Per-op overhead of the bridge: a 16-element float32 op issued on flemu against
-the same op on the CPU, in the same run.
+the same op on the CPU, timed in the same rounds (_interleave.py), each timed
+call a batch of BATCH ops (flemu's ending with a synchronize, so its queued
+work is in the time) so that the timer's own cost stays out of the figure.
 
 - native: aten::add.Tensor runs flemu's kernel (target: <= 1.1x CPU); its
   figure is the host time per call in that loop (op_stats): the bridge's own,
@@ -10,11 +12,16 @@ the same op on the CPU, in the same run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 import torch_fl
+from _interleave import interleaved
 
 N = 16
+BATCH = 500
+ROUNDS = 40
 
 
 @pytest.fixture(scope="module")
@@ -37,17 +44,21 @@ def device(host: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch
     return a, b
 
 
-def test_add_cpu(benchmark, host) -> None:  # noqa: ANN001
-    a, b = host
-    benchmark(torch.add, a, b)
+def _batch(op: Callable[..., torch.Tensor], a: torch.Tensor, b: torch.Tensor) -> Callable[[], None]:
+    def run() -> None:
+        for _ in range(BATCH):
+            op(a, b)
+        if a.device.type == "flemu":
+            torch.flemu.synchronize()
+
+    return run
 
 
-def test_add_flemu_native(benchmark, device) -> None:  # noqa: ANN001
-    a, b = device
-    benchmark.extra_info.update(baseline="test_add_cpu", target=1.1)
+def test_add_flemu_native(benchmark, host, device) -> None:  # noqa: ANN001
+    benchmark.extra_info.update(target=1.1)
     with torch_fl.op_stats_scope() as scope:
-        benchmark(torch.add, a, b)
-        torch.flemu.synchronize()
+        interleaved(benchmark, _batch(torch.add, *device), _batch(torch.add, *host),
+                    f"CPU add, {BATCH} calls, interleaved", rounds=ROUNDS)
     row = scope.table.get("aten::add.Tensor")
     assert row.native > 0 and row.cpu_fallback == 0, scope.table
     benchmark.extra_info["figure"] = (
@@ -56,15 +67,10 @@ def test_add_flemu_native(benchmark, device) -> None:  # noqa: ANN001
         "(warm caches; the training-step figures are inside a model)")
 
 
-def test_atan2_cpu(benchmark, host) -> None:  # noqa: ANN001
-    a, b = host
-    benchmark(torch.atan2, a, b)
-
-
-def test_atan2_flemu_fallback(benchmark, device) -> None:  # noqa: ANN001
-    a, b = device
-    benchmark.extra_info.update(baseline="test_atan2_cpu", target=6.0)
+def test_atan2_flemu_fallback(benchmark, host, device) -> None:  # noqa: ANN001
+    benchmark.extra_info.update(target=6.0)
     with torch_fl.fallback_mode("silent"), torch_fl.op_stats_scope() as scope:
-        benchmark(torch.atan2, a, b)
+        interleaved(benchmark, _batch(torch.atan2, *device), _batch(torch.atan2, *host),
+                    f"CPU atan2, {BATCH} calls, interleaved", rounds=ROUNDS)
     row = scope.table.get("aten::atan2.out")  # structured: the functional runs as .out
     assert row.cpu_fallback > 0 and row.native == 0, scope.table
