@@ -414,17 +414,17 @@ bool compile_program(const TFL_Graph& g, Program* program, Decline* out_decline)
     std::vector<char> is_output(nv, 0);
     for (size_t i = 0; i < g.num_outputs; ++i) is_output[g.outputs[i]] = 1;
     const int64_t end = static_cast<int64_t>(em.code.size());
+    std::vector<int32_t> uses(nv, 0);
     for (int64_t k = 0; k < end; ++k)
       for (int16_t r : {em.code[k].a, em.code[k].b, em.code[k].c})
-        if (r >= 0) last_use[r] = k;
+        if (r >= 0) {
+          last_use[r] = k;
+          ++uses[r];
+        }
     for (size_t v = 0; v < nv; ++v)
       if (is_output[v]) last_use[v] = end;
     // Chains: an instruction whose value is used once, as the next
     // instruction's a, hands it over without a store.
-    std::vector<int32_t> uses(nv, 0);
-    for (const Instr& in : em.code)
-      for (int16_t v : {in.a, in.b, in.c})
-        if (v >= 0) ++uses[v];
     for (int64_t k = 0; k + 1 < end; ++k) {
       const int32_t dv = em.code[k].dst;
       em.code[k].chained = !is_output[dv] && uses[dv] == 1 && em.code[k + 1].a == dv;
