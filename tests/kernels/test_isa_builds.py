@@ -57,6 +57,35 @@ for dtype in (torch.float32, torch.bfloat16, torch.float64):
     grads = torch.autograd.grad(o, (q, k, v), torch.ones_like(o))
     for name, t in zip(("sdpa", "sdpa_dq", "sdpa_dk", "sdpa_dv"), (o, *grads)):
         out[f"{name}-{dtype}"] = hashlib.sha256(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+    # Normalization, forward and backward, one thread and split over the
+    # pool: batch norm over short runs (4x4 maps), long ones and channels-last
+    # (strided runs), layer norm and group norm.
+    def digest_of(*ts):
+        d = hashlib.sha256()
+        for t in ts:
+            d.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        return d.hexdigest()
+    for name, shape, cl in (("bn_4x4", (8, 16, 4, 4), False), ("bn_big", (4, 32, 40, 40), False),
+                            ("bn_cl", (2, 8, 9, 9), True)):
+        x = torch.randn(shape, generator=g).to(dtype).to("flemu")
+        if cl:
+            x = x.contiguous(memory_format=torch.channels_last)
+        x.requires_grad_()
+        c = shape[1]
+        w, b = (torch.randn(c, generator=g).to(dtype).to("flemu").requires_grad_() for _ in range(2))
+        rm, rv = torch.zeros(c, dtype=dtype, device="flemu"), torch.ones(c, dtype=dtype, device="flemu")
+        y = F.batch_norm(x, rm, rv, w, b, training=True)
+        grads = torch.autograd.grad(y, (x, w, b), torch.randn(shape, generator=g).to(dtype).to("flemu"))
+        out[f"{name}-{dtype}"] = digest_of(y, *grads, rm, rv)
+    for name, fn, shape, pshape in (
+            ("ln", lambda x, w, b: F.layer_norm(x, (300,), w, b), (37, 300), (300,)),
+            ("ln_long", lambda x, w, b: F.layer_norm(x, (5000,), w, b), (6, 5000), (5000,)),
+            ("gn", lambda x, w, b: F.group_norm(x, 4, w, b), (3, 8, 13, 17), (8,))):
+        x = torch.randn(shape, generator=g).to(dtype).to("flemu").requires_grad_()
+        w, b = (torch.randn(pshape, generator=g).to(dtype).to("flemu").requires_grad_() for _ in range(2))
+        y = fn(x, w, b)
+        grads = torch.autograd.grad(y, (x, w, b), torch.randn(shape, generator=g).to(dtype).to("flemu"))
+        out[f"{name}-{dtype}"] = digest_of(y, *grads)
     # Fused optimizer steps: parameters and state after three steps, one
     # tensor on one thread and one split over the pool.
     shapes = ((37, 53), (300, 700))
@@ -169,7 +198,7 @@ def regions() -> dict[str, dict[str, dict]]:
 
 def test_every_case_ran(hashes) -> None:  # noqa: ANN001
     baseline = hashes["baseline"]
-    assert len(baseline) == 3 * (2 * (15 * 2 + 8 * 2) + 4 + 3)
+    assert len(baseline) == 3 * (2 * (15 * 2 + 8 * 2) + 4 + 6 + 3)
     assert all(run.keys() == baseline.keys() for run in hashes.values())
 
 

@@ -20,7 +20,10 @@ from nn_parity import (
 )
 from torch import nn
 
-BN_SHAPES = [(4, 3, 5, 7), (6, 5), (3, 4, 9), (2, 3, 2, 3, 4)]
+# The last two: per channel, 8 runs of 16 (a 4x4 map, the kernel's groups of
+# 8 and 32 with nothing left over), and 2 runs of 2,805 (partial sums folded
+# into the total every 4,096 elements, in the middle of a run).
+BN_SHAPES = [(4, 3, 5, 7), (6, 5), (3, 4, 9), (2, 3, 2, 3, 4), (8, 5, 4, 4), (2, 3, 51, 55)]
 BN_MODULE = {2: nn.BatchNorm1d, 3: nn.BatchNorm1d, 4: nn.BatchNorm2d, 5: nn.BatchNorm3d}
 
 
@@ -104,6 +107,7 @@ def test_batch_norm_dtypes(dtype: torch.dtype, train: bool) -> None:
 
 def test_batch_norm_variants() -> None:
     run_batch_norm((4, 3, 5, 7), torch.float32, True, layout=True)
+    run_batch_norm((2, 3, 51, 55), torch.float32, True, layout=True)
     run_batch_norm((4, 3, 5, 7), torch.float32, True, steps=3, momentum=None)
     run_batch_norm((4, 3, 5, 7), torch.float32, True, affine=False)
     # Without running stats, eval mode normalizes with the batch statistics.
@@ -123,7 +127,7 @@ def test_batch_norm_single_value_per_channel_is_an_error() -> None:
         m(torch.zeros(1, 3, device="flemu"))
 
 
-GN_CASES = [((2, 6, 5, 3), 3), ((3, 4, 7), 2), ((2, 4), 4), ((1, 6, 2, 2, 3), 1)]
+GN_CASES = [((2, 6, 5, 3), 3), ((3, 4, 7), 2), ((2, 4), 4), ((1, 6, 2, 2, 3), 1), ((2, 4, 61, 70), 2)]
 
 
 @pytest.mark.parametrize("shape,groups", GN_CASES, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
@@ -143,7 +147,8 @@ def test_group_norm_without_affine() -> None:
                            ("aten::native_group_norm", "aten::native_group_norm_backward"))
 
 
-LN_CASES = [((3, 7, 13), (13,)), ((2, 3, 4, 5), (4, 5)), ((5, 768), (768,)), ((4, 1), (1,))]
+# (3, 5000): rows longer than the 4,096 elements after which partial sums fold.
+LN_CASES = [((3, 7, 13), (13,)), ((2, 3, 4, 5), (4, 5)), ((5, 768), (768,)), ((4, 1), (1,)), ((3, 5000), (5000,))]
 
 
 @pytest.mark.parametrize("shape,normalized", LN_CASES, ids=lambda v: "x".join(map(str, v)))

@@ -7,7 +7,9 @@
 // lanes first); the elementwise passes compute in float (double for
 // float64). Per-channel parameters may have another floating dtype than the
 // input (bfloat16 activations with float32 weights).
+#include <array>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "support/nn_common.h"
@@ -16,95 +18,147 @@
 namespace flemu {
 namespace {
 
-// Sum of a strided run, float lanes for the bulk and double across lanes.
-template <class T>
-double run_sum(const char* p, int64_t stride_bytes, int64_t n) {
-  using C = acc_t<T>;
-  if (stride_bytes == static_cast<int64_t>(sizeof(T))) {
-    const T* x = reinterpret_cast<const T*>(p);
-    C lane[8] = {};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-      for (int j = 0; j < 8; ++j) lane[j] += static_cast<C>(to_compute(x[i + j]));
-    double s = 0.0;
-    for (int j = 0; j < 8; ++j) s += lane[j];
-    for (; i < n; ++i) s += static_cast<double>(to_compute(x[i]));
-    return s;
-  }
-  double s = 0.0;
-  for (int64_t i = 0; i < n; ++i, p += stride_bytes) s += static_cast<double>(to_compute(*reinterpret_cast<const T*>(p)));
-  return s;
-}
+// Sums over runs of elements. Each of K sums keeps kLanes float (double for
+// float64) partial sums, lane j taking elements j, j + kLanes, ... of a run;
+// the elements past a run's last full group of 8 go to a double total. The
+// lanes fold pairwise into the total every kFlushElems elements and at the
+// end, so no lane adds more than kFlushElems / 8 terms, however short the
+// runs (a 4x4 feature map) or long the reduction. The order is fixed in the
+// source, so every instruction-set build (isa.h) gives the same bits;
+// 32 lanes keep several vector additions in flight.
+constexpr int kLanes = 32;
+constexpr int64_t kFlushElems = 4096;
 
-// Sum of (x - mean)^2 over a strided run.
-template <class T>
-double run_sq_dev(const char* p, int64_t stride_bytes, int64_t n, double mean) {
-  using C = acc_t<T>;
-  const C m = static_cast<C>(mean);
-  if (stride_bytes == static_cast<int64_t>(sizeof(T))) {
-    const T* x = reinterpret_cast<const T*>(p);
-    C lane[8] = {};
+template <class C, int K>
+struct LaneSums {
+  C lane[K][kLanes] = {};
+  double total[K] = {};
+  int64_t pending = 0;
+
+  // Adds term(C{}, i) (an std::array<C, K>) for i in [0, n); the elements
+  // past the last group of 8 as term(0.0, i), computed in double.
+  template <class Term>
+  [[gnu::always_inline]] void add(int64_t n, Term&& term) {
     int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+      for (int j = 0; j < kLanes; ++j) {
+        const std::array<C, K> t = term(C{}, i + j);
+        for (int k = 0; k < K; ++k) lane[k][j] += t[static_cast<size_t>(k)];
+      }
     for (; i + 8 <= n; i += 8)
       for (int j = 0; j < 8; ++j) {
-        const C d = static_cast<C>(to_compute(x[i + j])) - m;
-        lane[j] += d * d;
+        const std::array<C, K> t = term(C{}, i + j);
+        for (int k = 0; k < K; ++k) lane[k][j] += t[static_cast<size_t>(k)];
       }
-    double s = 0.0;
-    for (int j = 0; j < 8; ++j) s += lane[j];
     for (; i < n; ++i) {
-      const double d = static_cast<double>(to_compute(x[i])) - mean;
-      s += d * d;
+      const std::array<double, K> t = term(0.0, i);
+      for (int k = 0; k < K; ++k) total[k] += t[static_cast<size_t>(k)];
     }
-    return s;
+    pending += n;
+    if (pending >= kFlushElems) flush();
   }
-  double s = 0.0;
-  for (int64_t i = 0; i < n; ++i, p += stride_bytes) {
-    const double d = static_cast<double>(to_compute(*reinterpret_cast<const T*>(p))) - mean;
-    s += d * d;
+
+  [[gnu::always_inline]] void flush() {
+    for (int k = 0; k < K; ++k) {
+      C* l = lane[k];
+      for (int w = kLanes / 2; w >= 1; w /= 2)
+        for (int j = 0; j < w; ++j) l[j] += l[j + w];
+      total[k] += static_cast<double>(l[0]);
+      for (int j = 0; j < kLanes; ++j) l[j] = C(0);
+    }
+    pending = 0;
   }
-  return s;
+
+  // The K sums; the accumulator is empty afterwards.
+  [[gnu::always_inline]] std::array<double, K> take() {
+    flush();
+    std::array<double, K> out;
+    for (int k = 0; k < K; ++k) {
+      out[static_cast<size_t>(k)] = total[k];
+      total[k] = 0.0;
+    }
+    return out;
+  }
+};
+
+// A constant as U: the double for the double tail, else its compute-type copy.
+template <class U, class C>
+[[gnu::always_inline]] inline U as_u(double exact, C rounded) {
+  if constexpr (std::is_same_v<U, double>) return exact;
+  else return static_cast<U>(rounded);
 }
 
-// Sums of dy and dy * (x - mean) over strided runs of both.
+// Element i of a strided run, as U (the compute type or double). The stride
+// is an int64_t, or a std::integral_constant for a dense run, so that its
+// loops vectorize.
+template <class T, class U, class Stride>
+[[gnu::always_inline]] inline U elem(const char* p, Stride stride_bytes, int64_t i) {
+  return static_cast<U>(to_compute(*reinterpret_cast<const T*>(p + i * static_cast<int64_t>(stride_bytes))));
+}
+
+// f(stride): with the stride as a compile-time constant when the run is dense.
+template <class T, class F>
+[[gnu::always_inline]] inline void with_stride(int64_t stride_bytes, F&& f) {
+  if (stride_bytes == static_cast<int64_t>(sizeof(T))) f(std::integral_constant<int64_t, sizeof(T)>{});
+  else f(stride_bytes);
+}
+
+// Adds x to sum[0].
 template <class T>
-void run_grad_sums(const char* dy, int64_t dys, const char* x, int64_t xs, int64_t n, double mean, double* sum_dy,
-                   double* sum_dy_xmu) {
-  using C = acc_t<T>;
-  const C m = static_cast<C>(mean);
-  if (dys == static_cast<int64_t>(sizeof(T)) && xs == static_cast<int64_t>(sizeof(T))) {
-    const T* g = reinterpret_cast<const T*>(dy);
-    const T* v = reinterpret_cast<const T*>(x);
-    C a[8] = {}, b[8] = {};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-      for (int j = 0; j < 8; ++j) {
-        const C gj = static_cast<C>(to_compute(g[i + j]));
-        a[j] += gj;
-        b[j] += gj * (static_cast<C>(to_compute(v[i + j])) - m);
-      }
-    double sa = 0.0, sb = 0.0;
-    for (int j = 0; j < 8; ++j) {
-      sa += a[j];
-      sb += b[j];
-    }
-    for (; i < n; ++i) {
-      const double gj = static_cast<double>(to_compute(g[i]));
-      sa += gj;
-      sb += gj * (static_cast<double>(to_compute(v[i])) - mean);
-    }
-    *sum_dy += sa;
-    *sum_dy_xmu += sb;
-    return;
-  }
-  double sa = 0.0, sb = 0.0;
-  for (int64_t i = 0; i < n; ++i, dy += dys, x += xs) {
-    const double gj = static_cast<double>(to_compute(*reinterpret_cast<const T*>(dy)));
-    sa += gj;
-    sb += gj * (static_cast<double>(to_compute(*reinterpret_cast<const T*>(x))) - mean);
-  }
-  *sum_dy += sa;
-  *sum_dy_xmu += sb;
+[[gnu::always_inline]] inline void add_run(LaneSums<acc_t<T>, 1>& sum, const char* p, int64_t stride_bytes, int64_t n) {
+  with_stride<T>(stride_bytes, [&](auto st) __attribute__((always_inline)) {
+    sum.add(n, [&](auto u, int64_t i) __attribute__((always_inline)) {
+      using U = decltype(u);
+      return std::array<U, 1>{elem<T, U>(p, st, i)};
+    });
+  });
+}
+
+// Adds (x - mean)^2 to sum[0].
+template <class T>
+[[gnu::always_inline]] inline void add_sq_dev_run(LaneSums<acc_t<T>, 1>& sum, const char* p, int64_t stride_bytes,
+                                                  int64_t n, double mean) {
+  const acc_t<T> m = static_cast<acc_t<T>>(mean);
+  with_stride<T>(stride_bytes, [&](auto st) __attribute__((always_inline)) {
+    sum.add(n, [&](auto u, int64_t i) __attribute__((always_inline)) {
+      using U = decltype(u);
+      const U d = elem<T, U>(p, st, i) - as_u<U>(mean, m);
+      return std::array<U, 1>{d * d};
+    });
+  });
+}
+
+// Adds dy to sum[0] and dy * (x - mean) to sum[1], over runs of both.
+template <class T>
+[[gnu::always_inline]] inline void add_grad_run(LaneSums<acc_t<T>, 2>& sum, const char* dy, int64_t dys, const char* x,
+                                                int64_t xs, int64_t n, double mean) {
+  const acc_t<T> m = static_cast<acc_t<T>>(mean);
+  const auto run = [&](auto dst, auto xst) __attribute__((always_inline)) {
+    sum.add(n, [&](auto u, int64_t i) __attribute__((always_inline)) {
+      using U = decltype(u);
+      const U g = elem<T, U>(dy, dst, i);
+      return std::array<U, 2>{g, g * (elem<T, U>(x, xst, i) - as_u<U>(mean, m))};
+    });
+  };
+  if (dys == static_cast<int64_t>(sizeof(T)) && xs == static_cast<int64_t>(sizeof(T)))
+    run(std::integral_constant<int64_t, sizeof(T)>{}, std::integral_constant<int64_t, sizeof(T)>{});
+  else
+    run(dys, xs);
+}
+
+// The sum of one contiguous run, and of its squared deviations from mean.
+template <class T>
+[[gnu::always_inline]] inline double sum_of(const T* x, int64_t n) {
+  LaneSums<acc_t<T>, 1> sum;
+  add_run<T>(sum, reinterpret_cast<const char*>(x), sizeof(T), n);
+  return sum.take()[0];
+}
+
+template <class T>
+[[gnu::always_inline]] inline double sq_dev_of(const T* x, int64_t n, double mean) {
+  LaneSums<acc_t<T>, 1> sum;
+  add_sq_dev_run<T>(sum, reinterpret_cast<const char*>(x), sizeof(T), n, mean);
+  return sum.take()[0];
 }
 
 // ---------------------------------------------------------------------------
@@ -124,7 +178,7 @@ struct ChannelView {
   int64_t rest = 1;                    // elements per (n, c)
 
   template <class F>
-  void for_runs(int64_t n, int64_t c, F&& f) const {
+  [[gnu::always_inline]] void for_runs(int64_t n, int64_t c, F&& f) const {
     const char* base = data + n * sn + c * sc;
     if (rdim == 0) {
       f(base, item, int64_t{1});
@@ -224,75 +278,87 @@ struct BatchNormJob {
   double momentum = 0.1, eps = 1e-5;
 };
 
+// One channel of batch norm: its statistics (batch or running), the running
+// stats' update, and y = (x - mean) * alpha + beta.
 template <class T>
-void run_batch_norm(const BatchNormJob& j) {
+[[gnu::always_inline]] inline void batch_norm_channel(const BatchNormJob& j, int64_t c, bool same_layout) {
   using Cp = acc_t<T>;
   const int64_t count = j.x.N * j.x.rest;
-  parallel_chunks(j.x.C, grain_for(count), [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      double mean, invstd;
-      if (j.use_batch_stats) {
-        double s = 0.0;
-        for (int64_t n = 0; n < j.x.N; ++n)
-          j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) { s += run_sum<T>(p, st, len); });
-        mean = count > 0 ? s / static_cast<double>(count) : 0.0;
-        double sq = 0.0;
-        for (int64_t n = 0; n < j.x.N; ++n)
-          j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) { sq += run_sq_dev<T>(p, st, len, mean); });
-        const double var = count > 0 ? sq / static_cast<double>(count) : 0.0;
-        invstd = 1.0 / std::sqrt(var + j.eps);
-        if (j.update_running) {
-          const double unbiased = count > 1 ? sq / static_cast<double>(count - 1) : var;
-          if (j.running_mean.present)
-            j.running_mean.set(c, (1.0 - j.momentum) * j.running_mean.get(c) + j.momentum * mean);
-          if (j.running_var.present)
-            j.running_var.set(c, (1.0 - j.momentum) * j.running_var.get(c) + j.momentum * unbiased);
-        }
-      } else {
-        mean = j.running_mean.get(c);
-        invstd = 1.0 / std::sqrt(j.running_var.get(c) + j.eps);
-      }
-      if (j.save_mean.present) j.save_mean.set(c, mean);
-      if (j.save_invstd.present) j.save_invstd.set(c, invstd);
-      const double w = j.weight.present ? j.weight.get(c) : 1.0;
-      const double b = j.bias.present ? j.bias.get(c) : 0.0;
-      // y = (x - mean) * alpha + beta; centring first keeps a large mean from cancelling.
-      const Cp alpha = static_cast<Cp>(invstd * w);
-      const Cp beta = static_cast<Cp>(b);
-      const Cp mu = static_cast<Cp>(mean);
-      for (int64_t n = 0; n < j.x.N; ++n) {
-        // Runs of x and y line up when both have the same layout; otherwise walk y with its own view.
-        int64_t k = 0;
-        const char* xbase = j.x.data + n * j.x.sn + c * j.x.sc;
-        char* ybase = j.y.data + n * j.y.sn + c * j.y.sc;
-        if (j.x.rdim == j.y.rdim && std::equal(j.x.rsize, j.x.rsize + j.x.rdim, j.y.rsize) &&
-            std::equal(j.x.rstride, j.x.rstride + j.x.rdim, j.y.rstride)) {
-          j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
-            char* q = ybase + (p - xbase);
-            if (st == static_cast<int64_t>(sizeof(T))) {
-              const T* xi = reinterpret_cast<const T*>(p);
-              T* yo = reinterpret_cast<T*>(q);
-              for (int64_t i = 0; i < len; ++i) yo[i] = convert<T>((static_cast<Cp>(to_compute(xi[i])) - mu) * alpha + beta);
-            } else {
-              for (int64_t i = 0; i < len; ++i, p += st, q += st)
-                *reinterpret_cast<T*>(q) =
-                    convert<T>((static_cast<Cp>(to_compute(*reinterpret_cast<const T*>(p))) - mu) * alpha + beta);
-            }
-          });
-        } else {
-          std::vector<Cp> vals(static_cast<size_t>(j.x.rest));
-          j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
-            for (int64_t i = 0; i < len; ++i, p += st)
-              vals[static_cast<size_t>(k++)] = (static_cast<Cp>(to_compute(*reinterpret_cast<const T*>(p))) - mu) * alpha + beta;
-          });
-          k = 0;
-          j.y.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
-            char* q = const_cast<char*>(p);
-            for (int64_t i = 0; i < len; ++i, q += st) *reinterpret_cast<T*>(q) = convert<T>(vals[static_cast<size_t>(k++)]);
-          });
-        }
-      }
+  double mean, invstd;
+  if (j.use_batch_stats) {
+    LaneSums<Cp, 1> sum;
+    for (int64_t n = 0; n < j.x.N; ++n)
+      j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len)
+                             __attribute__((always_inline)) { add_run<T>(sum, p, st, len); });
+    mean = count > 0 ? sum.take()[0] / static_cast<double>(count) : 0.0;
+    for (int64_t n = 0; n < j.x.N; ++n)
+      j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) __attribute__((always_inline)) {
+        add_sq_dev_run<T>(sum, p, st, len, mean);
+      });
+    const double sq = sum.take()[0];
+    const double var = count > 0 ? sq / static_cast<double>(count) : 0.0;
+    invstd = 1.0 / std::sqrt(var + j.eps);
+    if (j.update_running) {
+      const double unbiased = count > 1 ? sq / static_cast<double>(count - 1) : var;
+      if (j.running_mean.present)
+        j.running_mean.set(c, (1.0 - j.momentum) * j.running_mean.get(c) + j.momentum * mean);
+      if (j.running_var.present)
+        j.running_var.set(c, (1.0 - j.momentum) * j.running_var.get(c) + j.momentum * unbiased);
     }
+  } else {
+    mean = j.running_mean.get(c);
+    invstd = 1.0 / std::sqrt(j.running_var.get(c) + j.eps);
+  }
+  if (j.save_mean.present) j.save_mean.set(c, mean);
+  if (j.save_invstd.present) j.save_invstd.set(c, invstd);
+  const double w = j.weight.present ? j.weight.get(c) : 1.0;
+  const double b = j.bias.present ? j.bias.get(c) : 0.0;
+  // y = (x - mean) * alpha + beta; centring first keeps a large mean from cancelling.
+  const Cp alpha = static_cast<Cp>(invstd * w);
+  const Cp beta = static_cast<Cp>(b);
+  const Cp mu = static_cast<Cp>(mean);
+  for (int64_t n = 0; n < j.x.N; ++n) {
+    const char* xbase = j.x.data + n * j.x.sn + c * j.x.sc;
+    char* ybase = j.y.data + n * j.y.sn + c * j.y.sc;
+    if (same_layout) {
+      // Runs of x and y line up.
+      j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) __attribute__((always_inline)) {
+        char* q = ybase + (p - xbase);
+        if (st == static_cast<int64_t>(sizeof(T))) {
+          const T* xi = reinterpret_cast<const T*>(p);
+          T* yo = reinterpret_cast<T*>(q);
+          for (int64_t i = 0; i < len; ++i) yo[i] = convert<T>((static_cast<Cp>(to_compute(xi[i])) - mu) * alpha + beta);
+        } else {
+          for (int64_t i = 0; i < len; ++i, p += st, q += st)
+            *reinterpret_cast<T*>(q) =
+                convert<T>((static_cast<Cp>(to_compute(*reinterpret_cast<const T*>(p))) - mu) * alpha + beta);
+        }
+      });
+      continue;
+    }
+    // Otherwise walk y with its own view.
+    int64_t k = 0;
+    std::vector<Cp> vals(static_cast<size_t>(j.x.rest));
+    j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
+      for (int64_t i = 0; i < len; ++i, p += st)
+        vals[static_cast<size_t>(k++)] = (static_cast<Cp>(to_compute(*reinterpret_cast<const T*>(p))) - mu) * alpha + beta;
+    });
+    k = 0;
+    j.y.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
+      char* q = const_cast<char*>(p);
+      for (int64_t i = 0; i < len; ++i, q += st) *reinterpret_cast<T*>(q) = convert<T>(vals[static_cast<size_t>(k++)]);
+    });
+  }
+}
+
+template <class T>
+void run_batch_norm(const BatchNormJob& j) {
+  const bool same_layout = j.x.rdim == j.y.rdim && std::equal(j.x.rsize, j.x.rsize + j.x.rdim, j.y.rsize) &&
+                           std::equal(j.x.rstride, j.x.rstride + j.x.rdim, j.y.rstride);
+  parallel_chunks(j.x.C, grain_for(j.x.N * j.x.rest), [&](int64_t c0, int64_t c1) {
+    with_isa([&]() __attribute__((always_inline)) {
+      for (int64_t c = c0; c < c1; ++c) batch_norm_channel<T>(j, c, same_layout);
+    });
   });
 }
 
@@ -305,96 +371,105 @@ struct BatchNormBackwardJob {
   Vec1 grad_weight, grad_bias;
 };
 
+// One channel of batch norm's backward: the sums of dy and dy * (x - mean),
+// the parameter gradients, and dx. dy_lockstep/dx_lockstep: dy (and dx)
+// have x's runs within each (n, c) slab, so they are walked in lock step.
 template <class T>
-void run_batch_norm_backward(const BatchNormBackwardJob& j) {
+[[gnu::always_inline]] inline void batch_norm_backward_channel(const BatchNormBackwardJob& j, int64_t c,
+                                                               bool dy_lockstep, bool dx_lockstep) {
   using Cp = acc_t<T>;
   const int64_t count = j.x.N * j.x.rest;
-  // dy (and dx) walked in lock step with x: the same runs within each (n, c) slab.
+  const double mean = j.mean_src.get(c);
+  const double invstd = j.train ? j.var_src.get(c) : 1.0 / std::sqrt(j.var_src.get(c) + j.eps);
+  LaneSums<Cp, 2> sums;
+  double sum_dy = 0.0, sum_dy_xmu = 0.0;
+  for (int64_t n = 0; n < j.x.N; ++n) {
+    if (dy_lockstep) {
+      const char* dyb = j.dy.data + n * j.dy.sn + c * j.dy.sc;
+      const char* xb = j.x.data + n * j.x.sn + c * j.x.sc;
+      j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) __attribute__((always_inline)) {
+        add_grad_run<T>(sums, dyb + (p - xb), st, p, st, len, mean);
+      });
+      continue;
+    }
+    std::vector<double> xs;
+    xs.reserve(static_cast<size_t>(j.x.rest));
+    j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
+      for (int64_t i = 0; i < len; ++i, p += st) xs.push_back(static_cast<double>(to_compute(*reinterpret_cast<const T*>(p))));
+    });
+    size_t k = 0;
+    j.dy.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
+      for (int64_t i = 0; i < len; ++i, p += st) {
+        const double g = static_cast<double>(to_compute(*reinterpret_cast<const T*>(p)));
+        sum_dy += g;
+        sum_dy_xmu += g * (xs[k++] - mean);
+      }
+    });
+  }
+  const std::array<double, 2> lanes = sums.take();
+  sum_dy += lanes[0];
+  sum_dy_xmu += lanes[1];
+  if (j.grad_weight.present) j.grad_weight.set(c, sum_dy_xmu * invstd);
+  if (j.grad_bias.present) j.grad_bias.set(c, sum_dy);
+  if (!j.has_dx) return;
+  const double w = j.weight.present ? j.weight.get(c) : 1.0;
+  // train: dx = w*invstd*(dy - mean(dy) - (x-mean)*invstd^2*mean(dy*(x-mean)))
+  // eval:  dx = w*invstd*dy
+  // As dx = a*(dy - d) + b*(x - mean): centred terms, no cancellation of large ones.
+  const Cp a = static_cast<Cp>(w * invstd), mu = static_cast<Cp>(mean);
+  Cp b = Cp(0), d = Cp(0);
+  if (j.train && count > 0) {
+    const double k2 = sum_dy_xmu / static_cast<double>(count) * invstd * invstd;
+    b = static_cast<Cp>(-w * invstd * k2);
+    d = static_cast<Cp>(sum_dy / static_cast<double>(count));
+  }
+  for (int64_t n = 0; n < j.x.N; ++n) {
+    if (dx_lockstep) {
+      const char* xb = j.x.data + n * j.x.sn + c * j.x.sc;
+      const char* dyb = j.dy.data + n * j.dy.sn + c * j.dy.sc;
+      char* dxb = j.dx.data + n * j.dx.sn + c * j.dx.sc;
+      j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) __attribute__((always_inline)) {
+        const T* xv = reinterpret_cast<const T*>(p);
+        const T* g = reinterpret_cast<const T*>(dyb + (p - xb));
+        T* out = reinterpret_cast<T*>(dxb + (p - xb));
+        const auto at = [&](int64_t e) __attribute__((always_inline)) {
+          out[e] = convert<T>(a * (static_cast<Cp>(to_compute(g[e])) - d) + b * (static_cast<Cp>(to_compute(xv[e])) - mu));
+        };
+        const int64_t step = st / static_cast<int64_t>(sizeof(T));
+        if (step == 1)
+          for (int64_t i = 0; i < len; ++i) at(i);
+        else
+          for (int64_t i = 0; i < len; ++i) at(i * step);
+      });
+      continue;
+    }
+    std::vector<Cp> g(static_cast<size_t>(j.x.rest)), xv(static_cast<size_t>(j.x.rest));
+    size_t k = 0;
+    j.dy.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
+      for (int64_t i = 0; i < len; ++i, p += st) g[k++] = static_cast<Cp>(to_compute(*reinterpret_cast<const T*>(p)));
+    });
+    k = 0;
+    j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
+      for (int64_t i = 0; i < len; ++i, p += st) xv[k++] = static_cast<Cp>(to_compute(*reinterpret_cast<const T*>(p)));
+    });
+    k = 0;
+    j.dx.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
+      char* q = const_cast<char*>(p);
+      for (int64_t i = 0; i < len; ++i, q += st, ++k) *reinterpret_cast<T*>(q) = convert<T>(a * (g[k] - d) + b * (xv[k] - mu));
+    });
+  }
+}
+
+template <class T>
+void run_batch_norm_backward(const BatchNormBackwardJob& j) {
   const auto same_runs = [&](const ChannelView& v) {
     return v.rdim == j.x.rdim && std::equal(v.rstride, v.rstride + v.rdim, j.x.rstride);
   };
   const bool dy_lockstep = same_runs(j.dy), dx_lockstep = dy_lockstep && j.has_dx && same_runs(j.dx);
-  parallel_chunks(j.x.C, grain_for(count), [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      const double mean = j.mean_src.get(c);
-      const double invstd = j.train ? j.var_src.get(c) : 1.0 / std::sqrt(j.var_src.get(c) + j.eps);
-      double sum_dy = 0.0, sum_dy_xmu = 0.0;
-      // dy and x are walked in lock step: same shape, possibly different strides.
-      for (int64_t n = 0; n < j.x.N; ++n) {
-        if (dy_lockstep) {
-          const char* dyb = j.dy.data + n * j.dy.sn + c * j.dy.sc;
-          const char* xb = j.x.data + n * j.x.sn + c * j.x.sc;
-          j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
-            run_grad_sums<T>(dyb + (p - xb), st, p, st, len, mean, &sum_dy, &sum_dy_xmu);
-          });
-        } else {
-          std::vector<double> xs;
-          xs.reserve(static_cast<size_t>(j.x.rest));
-          j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
-            for (int64_t i = 0; i < len; ++i, p += st) xs.push_back(static_cast<double>(to_compute(*reinterpret_cast<const T*>(p))));
-          });
-          size_t k = 0;
-          j.dy.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
-            for (int64_t i = 0; i < len; ++i, p += st) {
-              const double g = static_cast<double>(to_compute(*reinterpret_cast<const T*>(p)));
-              sum_dy += g;
-              sum_dy_xmu += g * (xs[k++] - mean);
-            }
-          });
-        }
-      }
-      if (j.grad_weight.present) j.grad_weight.set(c, sum_dy_xmu * invstd);
-      if (j.grad_bias.present) j.grad_bias.set(c, sum_dy);
-      if (!j.has_dx) continue;
-      const double w = j.weight.present ? j.weight.get(c) : 1.0;
-      // train: dx = w*invstd*(dy - mean(dy) - (x-mean)*invstd^2*mean(dy*(x-mean)))
-      // eval:  dx = w*invstd*dy
-      // As dx = a*(dy - d) + b*(x - mean): centred terms, no cancellation of large ones.
-      const Cp a = static_cast<Cp>(w * invstd), mu = static_cast<Cp>(mean);
-      Cp b = Cp(0), d = Cp(0);
-      if (j.train && count > 0) {
-        const double k2 = sum_dy_xmu / static_cast<double>(count) * invstd * invstd;
-        b = static_cast<Cp>(-w * invstd * k2);
-        d = static_cast<Cp>(sum_dy / static_cast<double>(count));
-      }
-      for (int64_t n = 0; n < j.x.N; ++n) {
-        if (dx_lockstep) {
-          const char* xb = j.x.data + n * j.x.sn + c * j.x.sc;
-          const char* dyb = j.dy.data + n * j.dy.sn + c * j.dy.sc;
-          char* dxb = j.dx.data + n * j.dx.sn + c * j.dx.sc;
-          j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
-            const T* xv = reinterpret_cast<const T*>(p);
-            const T* g = reinterpret_cast<const T*>(dyb + (p - xb));
-            T* out = reinterpret_cast<T*>(dxb + (p - xb));
-            const auto at = [&](int64_t e) {
-              out[e] = convert<T>(a * (static_cast<Cp>(to_compute(g[e])) - d) +
-                                  b * (static_cast<Cp>(to_compute(xv[e])) - mu));
-            };
-            const int64_t step = st / static_cast<int64_t>(sizeof(T));
-            if (step == 1)
-              for (int64_t i = 0; i < len; ++i) at(i);
-            else
-              for (int64_t i = 0; i < len; ++i) at(i * step);
-          });
-          continue;
-        }
-        std::vector<Cp> g(static_cast<size_t>(j.x.rest)), xv(static_cast<size_t>(j.x.rest));
-        size_t k = 0;
-        j.dy.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
-          for (int64_t i = 0; i < len; ++i, p += st) g[k++] = static_cast<Cp>(to_compute(*reinterpret_cast<const T*>(p)));
-        });
-        k = 0;
-        j.x.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
-          for (int64_t i = 0; i < len; ++i, p += st) xv[k++] = static_cast<Cp>(to_compute(*reinterpret_cast<const T*>(p)));
-        });
-        k = 0;
-        j.dx.for_runs(n, c, [&](const char* p, int64_t st, int64_t len) {
-          char* q = const_cast<char*>(p);
-          for (int64_t i = 0; i < len; ++i, q += st, ++k)
-            *reinterpret_cast<T*>(q) = convert<T>(a * (g[k] - d) + b * (xv[k] - mu));
-        });
-      }
-    }
+  parallel_chunks(j.x.C, grain_for(j.x.N * j.x.rest), [&](int64_t c0, int64_t c1) {
+    with_isa([&]() __attribute__((always_inline)) {
+      for (int64_t c = c0; c < c1; ++c) batch_norm_backward_channel<T>(j, c, dy_lockstep, dx_lockstep);
+    });
   });
 }
 
@@ -531,12 +606,8 @@ void run_group_norm(const GroupNormJob& j) {
       const int64_t n = ng / j.G, g = ng % j.G;
       const T* xg = reinterpret_cast<const T*>(j.x) + (n * j.C + g * D) * j.HxW;
       T* yg = reinterpret_cast<T*>(j.y) + (n * j.C + g * D) * j.HxW;
-      const double mean = group_elems ? run_sum<T>(reinterpret_cast<const char*>(xg), sizeof(T), group_elems) /
-                                            static_cast<double>(group_elems)
-                                      : 0.0;
-      const double var = group_elems ? run_sq_dev<T>(reinterpret_cast<const char*>(xg), sizeof(T), group_elems, mean) /
-                                           static_cast<double>(group_elems)
-                                     : 0.0;
+      const double mean = group_elems ? sum_of(xg, group_elems) / static_cast<double>(group_elems) : 0.0;
+      const double var = group_elems ? sq_dev_of(xg, group_elems, mean) / static_cast<double>(group_elems) : 0.0;
       const double rstd = 1.0 / std::sqrt(var + j.eps);
       store_stat(j.mean + ng * stat_item, mean);
       store_stat(j.rstd + ng * stat_item, rstd);
@@ -577,11 +648,12 @@ void run_group_norm_backward(const GroupNormBackwardJob& j) {
     for (int64_t nc = b; nc < e; ++nc) {
       const T* g = reinterpret_cast<const T*>(j.dy) + nc * j.HxW;
       const T* v = reinterpret_cast<const T*>(j.x) + nc * j.HxW;
-      double s_dy = 0.0, s_dyx = 0.0;
-      run_grad_sums<T>(reinterpret_cast<const char*>(g), sizeof(T), reinterpret_cast<const char*>(v), sizeof(T), j.HxW,
-                       0.0, &s_dy, &s_dyx);
-      ds[static_cast<size_t>(nc)] = s_dyx;
-      db[static_cast<size_t>(nc)] = s_dy;
+      LaneSums<Cp, 2> sums;
+      add_grad_run<T>(sums, reinterpret_cast<const char*>(g), sizeof(T), reinterpret_cast<const char*>(v), sizeof(T),
+                      j.HxW, 0.0);
+      const std::array<double, 2> s = sums.take();
+      ds[static_cast<size_t>(nc)] = s[1];
+      db[static_cast<size_t>(nc)] = s[0];
     }
   });
   if (j.dx != nullptr) {
@@ -651,12 +723,12 @@ void run_layer_norm(const LayerNormJob& j) {
   const StoreF64 store_stat = j.mean ? storer_f64(j.stat_dtype) : nullptr;
   const int64_t stat_item = j.mean ? dtype_size(j.stat_dtype) : 0;
   parallel_chunks(j.M, grain_for(j.N), [&](int64_t b, int64_t e) {
+    with_isa([&]() __attribute__((always_inline)) {
     for (int64_t r = b; r < e; ++r) {
       const T* xr = reinterpret_cast<const T*>(j.x) + r * j.N;
       T* yr = reinterpret_cast<T*>(j.y) + r * j.N;
-      const double mean = j.N ? run_sum<T>(reinterpret_cast<const char*>(xr), sizeof(T), j.N) / static_cast<double>(j.N) : 0.0;
-      const double var =
-          j.N ? run_sq_dev<T>(reinterpret_cast<const char*>(xr), sizeof(T), j.N, mean) / static_cast<double>(j.N) : 0.0;
+      const double mean = j.N ? sum_of(xr, j.N) / static_cast<double>(j.N) : 0.0;
+      const double var = j.N ? sq_dev_of(xr, j.N, mean) / static_cast<double>(j.N) : 0.0;
       const double rstd = 1.0 / std::sqrt(var + j.eps);
       if (store_stat) {
         store_stat(j.mean + r * stat_item, mean);
@@ -667,6 +739,7 @@ void run_layer_norm(const LayerNormJob& j) {
         yr[i] = convert<T>((static_cast<Cp>(to_compute(xr[i])) - m) * rs * gamma[static_cast<size_t>(i)] +
                            beta[static_cast<size_t>(i)]);
     }
+    });
   });
 }
 
@@ -682,68 +755,70 @@ struct LayerNormBackwardJob {
   Vec1 grad_weight, grad_bias;
 };
 
+// Rows [chunk * per, ...) of layer norm's backward: dx, and this chunk's
+// partial parameter gradients (pw, pb) when they are wanted.
+template <class T>
+[[gnu::always_inline]] inline void layer_norm_backward_rows(const LayerNormBackwardJob& j,
+                                                            const std::vector<acc_t<T>>& gamma, int64_t chunk,
+                                                            int64_t chunks, std::vector<std::vector<double>>& pw,
+                                                            std::vector<std::vector<double>>& pb) {
+  using Cp = acc_t<T>;
+  const LoadF64 load_stat = loader_f64(j.stat_dtype);
+  const int64_t stat_item = dtype_size(j.stat_dtype);
+  const bool params = !pw.empty();
+  const int64_t per = (j.M + chunks - 1) / chunks;
+  const int64_t r0 = chunk * per, r1 = std::min(j.M, r0 + per);
+  double* gw = nullptr;
+  double* gb = nullptr;
+  if (params) {
+    pw[static_cast<size_t>(chunk)].assign(static_cast<size_t>(j.N), 0.0);
+    pb[static_cast<size_t>(chunk)].assign(static_cast<size_t>(j.N), 0.0);
+    gw = pw[static_cast<size_t>(chunk)].data();
+    gb = pb[static_cast<size_t>(chunk)].data();
+  }
+  const Cp* gm = gamma.data();
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* g = reinterpret_cast<const T*>(j.dy) + r * j.N;
+    const T* v = reinterpret_cast<const T*>(j.x) + r * j.N;
+    const double mean = load_stat(j.mean + r * stat_item), rstd = load_stat(j.rstd + r * stat_item);
+    const Cp m = static_cast<Cp>(mean), rs = static_cast<Cp>(rstd);
+    if (params) {
+      for (int64_t i = 0; i < j.N; ++i) {
+        const Cp gi = static_cast<Cp>(to_compute(g[i]));
+        gw[i] += static_cast<double>(gi * (static_cast<Cp>(to_compute(v[i])) - m) * rs);
+        gb[i] += static_cast<double>(gi);
+      }
+    }
+    if (j.dx == nullptr) continue;
+    // dx = rstd * (gdy - mean(gdy) - xhat * mean(gdy * xhat)), gdy = gamma * dy
+    LaneSums<Cp, 2> sums;
+    sums.add(j.N, [&](auto u, int64_t i) __attribute__((always_inline)) {
+      using U = decltype(u);
+      const U gd = static_cast<U>(to_compute(g[i])) * static_cast<U>(gm[i]);
+      return std::array<U, 2>{gd, gd * (static_cast<U>(to_compute(v[i])) - as_u<U>(mean, m))};
+    });
+    const std::array<double, 2> ab = sums.take();
+    const Cp mean_gd = static_cast<Cp>(ab[0] / static_cast<double>(j.N));
+    const Cp k2 = static_cast<Cp>(ab[1] / static_cast<double>(j.N) * rstd * rstd);
+    T* o = reinterpret_cast<T*>(j.dx) + r * j.N;
+    for (int64_t t = 0; t < j.N; ++t) {
+      const Cp gd = static_cast<Cp>(to_compute(g[t])) * gm[t];
+      o[t] = convert<T>(rs * (gd - mean_gd - (static_cast<Cp>(to_compute(v[t])) - m) * k2));
+    }
+  }
+}
+
 template <class T>
 void run_layer_norm_backward(const LayerNormBackwardJob& j) {
   using Cp = acc_t<T>;
   const std::vector<Cp> gamma = param_values<Cp>(j.weight, j.N, Cp(1));
-  const LoadF64 load_stat = loader_f64(j.stat_dtype);
-  const int64_t stat_item = dtype_size(j.stat_dtype);
   const bool params = j.grad_weight.present || j.grad_bias.present;
   ThreadPool& pool = ThreadPool::instance();
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(pool.parallelism(), j.M * j.N / 16384));
   // Each chunk of rows keeps its own partial parameter gradients.
   std::vector<std::vector<double>> pw(static_cast<size_t>(params ? chunks : 0)), pb(pw.size());
   auto body = [&](int64_t chunk) {
-    const int64_t per = (j.M + chunks - 1) / chunks;
-    const int64_t r0 = chunk * per, r1 = std::min(j.M, r0 + per);
-    double* gw = nullptr;
-    double* gb = nullptr;
-    if (params) {
-      pw[static_cast<size_t>(chunk)].assign(static_cast<size_t>(j.N), 0.0);
-      pb[static_cast<size_t>(chunk)].assign(static_cast<size_t>(j.N), 0.0);
-      gw = pw[static_cast<size_t>(chunk)].data();
-      gb = pb[static_cast<size_t>(chunk)].data();
-    }
-    for (int64_t r = r0; r < r1; ++r) {
-      const T* g = reinterpret_cast<const T*>(j.dy) + r * j.N;
-      const T* v = reinterpret_cast<const T*>(j.x) + r * j.N;
-      const double mean = load_stat(j.mean + r * stat_item), rstd = load_stat(j.rstd + r * stat_item);
-      const Cp m = static_cast<Cp>(mean), rs = static_cast<Cp>(rstd);
-      if (params) {
-        for (int64_t i = 0; i < j.N; ++i) {
-          const Cp gi = static_cast<Cp>(to_compute(g[i]));
-          gw[i] += static_cast<double>(gi * (static_cast<Cp>(to_compute(v[i])) - m) * rs);
-          gb[i] += static_cast<double>(gi);
-        }
-      }
-      if (j.dx == nullptr) continue;
-      // dx = rstd * (gdy - mean(gdy) - xhat * mean(gdy * xhat)), gdy = gamma * dy
-      Cp s1[8] = {}, s2[8] = {};
-      int64_t i = 0;
-      for (; i + 8 <= j.N; i += 8)
-        for (int k = 0; k < 8; ++k) {
-          const Cp gd = static_cast<Cp>(to_compute(g[i + k])) * gamma[static_cast<size_t>(i + k)];
-          s1[k] += gd;
-          s2[k] += gd * (static_cast<Cp>(to_compute(v[i + k])) - m);
-        }
-      double a = 0.0, b = 0.0;
-      for (int k = 0; k < 8; ++k) {
-        a += s1[k];
-        b += s2[k];
-      }
-      for (; i < j.N; ++i) {
-        const double gd = static_cast<double>(to_compute(g[i])) * static_cast<double>(gamma[static_cast<size_t>(i)]);
-        a += gd;
-        b += gd * (static_cast<double>(to_compute(v[i])) - mean);
-      }
-      const Cp mean_gd = static_cast<Cp>(a / static_cast<double>(j.N));
-      const Cp k2 = static_cast<Cp>(b / static_cast<double>(j.N) * rstd * rstd);
-      T* o = reinterpret_cast<T*>(j.dx) + r * j.N;
-      for (int64_t t = 0; t < j.N; ++t) {
-        const Cp gd = static_cast<Cp>(to_compute(g[t])) * gamma[static_cast<size_t>(t)];
-        o[t] = convert<T>(rs * (gd - mean_gd - (static_cast<Cp>(to_compute(v[t])) - m) * k2));
-      }
-    }
+    with_isa([&]() __attribute__((always_inline)) { layer_norm_backward_rows<T>(j, gamma, chunk, chunks, pw, pb); });
   };
   if (chunks > 1) pool.parallel_for(chunks, body);
   else body(0);
