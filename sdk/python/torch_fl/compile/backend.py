@@ -33,6 +33,7 @@ from torch_fl.compile.memory_plan import MODES, plan_memory
 from torch_fl.compile.passes import (
     RegionReport,
     eliminate_dead_code,
+    in_place_updates,
     op_counts,
     partition,
     schedule,
@@ -106,6 +107,7 @@ class GraphReport:
     kind: str  # "forward" | "backward" | "inference"
     nodes: int
     dead_code_removed: int = 0
+    updates_in_place: int = 0  # input updates written in place instead of copied in (in_place_updates)
     regions: list[RegionReport] = field(default_factory=list)
     eager_ops: dict[str, int] = field(default_factory=dict)
     memory: str = ""
@@ -124,7 +126,8 @@ class GraphReport:
 
     def describe(self) -> str:
         head = (f"{self.name} ({self.kind}): {self.nodes} nodes, "
-                f"{self.dead_code_removed} removed as dead code")
+                f"{self.dead_code_removed} removed as dead code, "
+                f"{self.updates_in_place} input updates written in place")
         lines = [head]
         if self.fallback_reason:
             lines.append(f"  runs eagerly: {self.fallback_reason}")
@@ -211,9 +214,10 @@ def compile_aten_graph(
         if n.op == "get_attr":
             n.meta["torch_fl_constant"] = operator.attrgetter(n.target)(gm)
 
+    device_type = _device_type()
+    report.updates_in_place = in_place_updates(graph, device_type)
     report.dead_code_removed = eliminate_dead_code(graph)
     nodes = list(graph.nodes)
-    device_type = _device_type()
     part = partition(nodes, device_type, options.fusion, options.graph_compiler)
     report.regions = part.reports
 
@@ -269,6 +273,10 @@ def _aot_backend(options: CompileOptions) -> Callable[..., Any]:
         inference_compiler=inference,
         partition_fn=min_cut_rematerialization_partition,
         decompositions=decomposition_table() if options.fusion else {},
+        # Mutations of inputs that need no gradient (batch norm's running
+        # stats) stay in the graphs as copy_ nodes, where in_place_updates()
+        # can make the op that computes the new value write it directly.
+        keep_inference_input_mutations=True,
     )
 
 

@@ -20,9 +20,12 @@ __all__ = [
     "Partition",
     "RegionReport",
     "eliminate_dead_code",
+    "in_place_updates",
     "partition",
     "schedule",
 ]
+
+aten = torch.ops.aten
 
 # Offers per graph after declines split regions; beyond it the rest runs eagerly.
 _MAX_OFFERS = 4096
@@ -49,6 +52,119 @@ def eliminate_dead_code(graph: torch.fx.Graph) -> int:
             continue
         graph.erase_node(node)
         removed += 1
+    return removed
+
+
+def _written_inputs(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes whose tensors `node` writes in place (its mutable arguments)."""
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return []
+    schema = node.target._schema
+    if not schema.is_mutable:
+        return []
+    written = []
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+        if isinstance(value, torch.fx.Node):
+            written.append(value)
+    return written
+
+
+def _native_on(op: torch._ops.OpOverload) -> bool:
+    """Whether the plugin registered a kernel for op."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "PrivateUse1")
+
+
+def _in_place_variant(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """add.Tensor -> add_.Tensor: the overload that writes its self argument
+    and otherwise takes the same arguments; None when there is none."""
+    packet = getattr(aten, op.overloadpacket.__name__ + "_", None)
+    overload = getattr(packet, op._overloadname, None) if packet is not None else None
+    if overload is None:
+        return None
+    want = [(a.name, str(a.type)) for a in op._schema.arguments]
+    args = overload._schema.arguments
+    if [(a.name, str(a.type)) for a in args] != want or not args or args[0].alias_info is None:
+        return None
+    return overload
+
+
+def _same_layout(a: torch.fx.Node, b: torch.fx.Node) -> bool:
+    ta, tb = tensor_val(a), tensor_val(b)
+    return (ta is not None and tb is not None and ta.dtype == tb.dtype and ta.shape == tb.shape
+            and ta.stride() == tb.stride())
+
+
+def in_place_updates(graph: torch.fx.Graph, device_type: str | None) -> int:
+    """Input updates written where they are computed instead of copied in at
+    the end: AOTAutograd keeps a graph input's mutation (batch norm's running
+    stats, its batch counter) as copy_(input, new value). Where nothing else
+    reads the input, the op that computes the new value writes the input
+    itself:
+
+    - _native_batch_norm_legit_functional and the copy_ of its new running
+      mean and variance become _native_batch_norm_legit, which updates them;
+    - copy_(x, op(x, ...)) becomes op_(x, ...) (the batch counter's add_).
+
+    Only device ops the plugin runs natively are rewritten. Returns how many
+    copy_ nodes were removed."""
+    if device_type is None:
+        return 0
+    removed = 0
+    copies = [n for n in graph.nodes
+              if n.op == "call_function" and n.target is aten.copy_.default and not n.users
+              and isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder"
+              and isinstance(n.args[1], torch.fx.Node)]
+    by_bn: dict[torch.fx.Node, dict[int, torch.fx.Node]] = {}
+    for c in copies:
+        dst, src = c.args[0], c.args[1]
+        t = tensor_val(dst)
+        if t is None or t.device.type != device_type or not _same_layout(dst, src):
+            continue
+        if src.target is operator.getitem:
+            bn, k = src.args
+            # The graph may also return the new stats (the backward takes
+            # them, unused in training): it then returns the updated input.
+            if (isinstance(bn, torch.fx.Node) and bn.target is aten._native_batch_norm_legit_functional.default
+                    and k in (3, 4) and bn.args[5] is True and bn.args[k] is dst
+                    and all(u is c or u.op == "output" for u in src.users)
+                    and set(dst.users) <= {bn, c}):
+                by_bn.setdefault(bn, {})[k] = c
+            continue
+        op = src.target
+        if not isinstance(op, torch._ops.OpOverload) or not src.args or src.args[0] is not dst:
+            continue
+        inplace = _in_place_variant(op)
+        if (inplace is None or len(src.users) != 1 or set(dst.users) != {src, c}
+                or not _native_on(inplace)):
+            continue
+        src.target = inplace
+        graph.erase_node(c)
+        removed += 1
+    legit = aten._native_batch_norm_legit.default
+    if not _native_on(legit):
+        return removed
+    for bn, found in by_bn.items():
+        if set(found) != {3, 4}:
+            continue
+        with graph.inserting_before(bn):
+            new = graph.call_function(legit, bn.args, bn.kwargs)
+        new.meta = dict(bn.meta)
+        new.meta["val"] = tuple(bn.meta["val"][:3])
+        for user in list(bn.users):
+            if user.args[1] in (3, 4):
+                continue
+            user.args = (new, user.args[1])
+        for k in (3, 4):
+            c = found[k]
+            getter, updated = c.args[1], c.args[0]
+            graph.erase_node(c)
+            getter.replace_all_uses_with(updated)
+            graph.erase_node(getter)
+            removed += 1
+        graph.erase_node(bn)
     return removed
 
 
@@ -179,13 +295,29 @@ def schedule(
                           [n] if n in plannable else []))
     deps: list[set[int]] = [set() for _ in units]
     users: list[set[int]] = [set() for _ in units]
+
+    def after(first: int, then: int) -> None:
+        if first != then:
+            deps[then].add(first)
+            users[first].add(then)
+
     for u, step in enumerate(units):
         for n in step.nodes:
             for a in n.all_input_nodes:
                 p = unit_of.get(a)
-                if p is not None and p != u:
-                    deps[u].add(p)
-                    users[p].add(u)
+                if p is not None:
+                    after(p, u)
+    # A write into a tensor (an input's update) keeps its place among the
+    # tensor's other readers and writers.
+    for n in nodes:
+        for target in _written_inputs(n):
+            for other in target.users:
+                if other is n or other not in unit_of:
+                    continue
+                if index[other] < index[n]:
+                    after(unit_of[other], unit_of[n])
+                else:
+                    after(unit_of[n], unit_of[other])
     waiting = [len(d) for d in deps]
     ready = [(min(index[n] for n in units[u].nodes), u) for u in range(len(units)) if not waiting[u]]
     heapq.heapify(ready)

@@ -1,0 +1,118 @@
+"""Input updates written in place (torch_fl.compile.passes.in_place_updates).
+
+AOTAutograd keeps a mutation of a graph input that needs no gradient (batch
+norm's running statistics and batch counter) in the graph as
+copy_(input, new value). The backend makes the op that computes the new value
+write the input itself, where nothing else in the graph reads that input:
+batch norm updates its running stats, the counter is incremented with add_.
+An input that is also read elsewhere keeps its copy_, and the schedule runs
+every write to a tensor after the reads that precede it in the graph."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch_fl
+from conftest import compile_fl
+from helpers import assert_close, graph_reports
+from torch import nn
+from torch_fl.compile.fusion import Region
+from torch_fl.compile.passes import Partition, schedule
+
+aten = torch.ops.aten
+
+
+class ConvBN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn(self.conv(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + y)
+
+
+class ReadsOldStats(ConvBN):
+    """Reads bn's running mean before the update: that update must stay a
+    copy at the end, or the read would see the new value."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        old = self.bn.running_mean * 2.0
+        return super().forward(x) + old.view(1, -1, 1, 1)
+
+
+def _pair(cls: type[nn.Module], dev: torch.device) -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)
+    eager = cls().to(dev).train()
+    compiled = cls().to(dev).train()
+    compiled.load_state_dict(eager.state_dict())
+    return eager, compiled
+
+
+def _train_and_compare(eager: nn.Module, compiled: nn.Module, step: Any, dev: torch.device) -> None:
+    g = torch.Generator().manual_seed(1)
+    for i in range(3):
+        x = torch.randn(4, 3, 8, 8, generator=g).to(dev)
+        out_e, out_c = eager(x), step(x)
+        out_e.square().sum().backward()
+        out_c.square().sum().backward()
+        assert_close(out_c, out_e, f"output of step {i}")
+    for (name, b_e), (_, b_c) in zip(eager.named_buffers(), compiled.named_buffers()):
+        assert_close(b_c, b_e, f"buffer {name} after 3 steps")
+    for (name, p_e), (_, p_c) in zip(eager.named_parameters(), compiled.named_parameters()):
+        assert_close(p_c.grad, p_e.grad, f"gradient of {name}", rtol=1e-3, atol=1e-4)
+
+
+def test_batch_norm_updates_its_running_stats_in_place(dev: torch.device) -> None:
+    eager, compiled = _pair(ConvBN, dev)
+    step = compile_fl(compiled)
+    _train_and_compare(eager, compiled, step, dev)
+    (fw,) = graph_reports("forward")
+    # Two batch norms: running mean, running variance and batch counter each.
+    assert fw.updates_in_place == 6, fw.describe()
+    assert "aten::copy_" not in fw.eager_ops and "aten::_native_batch_norm_legit" in fw.eager_ops, (
+        fw.describe())
+    # A step runs no copy on the device: the updates are the ops' own writes.
+    # (A loss whose gradient is contiguous: AOTAutograd copies an expanded one.)
+    x = torch.randn(4, 3, 8, 8, device=dev)
+    with torch_fl.op_stats_scope() as scope:
+        step(x).square().sum().backward()
+    ops = {r.op for r in scope.table}
+    assert "aten::_copy_from" not in ops and "aten::copy_" not in ops, scope.table
+
+
+def test_an_input_read_before_its_update_keeps_its_copy(dev: torch.device) -> None:
+    eager, compiled = _pair(ReadsOldStats, dev)
+    step = compile_fl(compiled)
+    _train_and_compare(eager, compiled, step, dev)
+    (fw,) = graph_reports("forward")
+    # bn's stats stay functional (its running mean is read); its counter and
+    # all of bn2's updates are written in place.
+    assert fw.updates_in_place == 4, fw.describe()
+    assert fw.eager_ops.get("aten::copy_") == 2, fw.describe()
+
+
+def test_a_write_waits_for_the_reads_before_it() -> None:
+    # q = -x and s = q + sin(x) form one region; r = q * buf reads buf and
+    # needs the region; buf += 1 comes after r in the graph. By the graph's
+    # order alone the write (ready at once) would run before the region,
+    # which waits for sin(x), and so before r.
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    buf = g.placeholder("buf")
+    q = g.call_function(aten.neg.default, (x,))
+    r = g.call_function(aten.mul.Tensor, (q, buf))
+    m = g.call_function(aten.add_.Tensor, (buf, 1))
+    u = g.call_function(aten.sin.default, (x,))
+    s = g.call_function(aten.add.Tensor, (q, u))
+    g.output((r, s))
+    nodes = list(g.nodes)
+    region = Region(nodes=[q, s], shape=(4,), device=torch.device("cpu"), members={q, s})
+    part = Partition(accepted=[(region, object(), [x, u], [q, s])])
+    steps, _ = schedule(nodes, part, set())
+    order = [step.nodes[0] for step in steps]
+    assert order.index(r) < order.index(m), [n.name for n in order]
