@@ -174,4 +174,4 @@ def test_resnet18_step_compiled(benchmark: Any, resnet_peaks: dict[str, Any],
           f"planned/eager {info['planned_vs_eager']:.2f} (target <= 1.0)")
     model, eager = resnet_peaks["models"]["reuse"], resnet_peaks["models"]["eager"]
     interleaved(benchmark, lambda: _peak_of_step(model, *resnet_batch),
-                lambda: _peak_of_step(eager, *resnet_batch), "eager step, interleaved", rounds=9)
+                lambda: _peak_of_step(eager, *resnet_batch), "eager step, interleaved", rounds=31)
