@@ -116,3 +116,58 @@ def test_a_write_waits_for_the_reads_before_it() -> None:
     steps, _ = schedule(nodes, part, set())
     order = [step.nodes[0] for step in steps]
     assert order.index(r) < order.index(m), [n.name for n in order]
+
+
+class Counter(nn.Module):
+    """Buffer updates under no_grad: one the op can write in place, one that
+    reads the buffer twice (x * x), which stays a copy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("steps", torch.zeros(4))
+        self.register_buffer("square", torch.full((4,), 1.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.steps.add_(1.0)
+            self.square.mul_(self.square)
+        return x * self.steps + self.square
+
+
+def test_an_update_that_reads_its_input_twice_stays_a_copy(dev: torch.device) -> None:
+    eager, compiled = Counter().to(dev), Counter().to(dev)
+    step = compile_fl(compiled)
+    x = torch.randn(4, device=dev)
+    for i in range(3):
+        assert_close(step(x), eager(x), f"output of call {i}")
+    assert_close(compiled.steps, eager.steps, "steps")
+    assert_close(compiled.square, eager.square, "square")
+    (graph,) = graph_reports()
+    assert graph.updates_in_place == 1, graph.describe()
+    assert graph.eager_ops.get("aten::copy_") == 1, graph.describe()
+
+
+class ReturnsNewValue(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("total", torch.zeros(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            new = self.total.add(x)
+            self.total.copy_(new)
+        return new
+
+
+def test_a_returned_new_value_stays_a_new_tensor(dev: torch.device) -> None:
+    m = ReturnsNewValue().to(dev)
+    step = compile_fl(m)
+    x = torch.ones(4, device=dev)
+    first = step(x)
+    second = step(x)
+    # The result is a tensor of its own: had the buffer itself been
+    # returned, the second call would have changed the first result.
+    assert_close(first, torch.ones(4), "the first result after a second call")
+    assert_close(second, torch.full((4,), 2.0), "the second result")
+    assert_close(m.total, torch.full((4,), 2.0), "the buffer")
+    assert first.data_ptr() != m.total.data_ptr()

@@ -106,7 +106,8 @@ def in_place_updates(graph: torch.fx.Graph, device_type: str | None) -> int:
 
     - _native_batch_norm_legit_functional and the copy_ of its new running
       mean and variance become _native_batch_norm_legit, which updates them;
-    - copy_(x, op(x, ...)) becomes op_(x, ...) (the batch counter's add_).
+    - copy_(x, op(x, ...)) becomes op_(x, ...) (the batch counter's add_),
+      where x is only the op's self and the graph does not return op's value.
 
     Only device ops the plugin runs natively are rewritten. Returns how many
     copy_ nodes were removed."""
@@ -136,8 +137,15 @@ def in_place_updates(graph: torch.fx.Graph, device_type: str | None) -> int:
         op = src.target
         if not isinstance(op, torch._ops.OpOverload) or not src.args or src.args[0] is not dst:
             continue
+        # x is only the op's self: mul_(x, x) would read what it writes.
+        others: list[torch.fx.Node] = []
+        torch.fx.node.map_arg((src.args[1:], src.kwargs), others.append)
+        if any(o is dst for o in others):
+            continue
+        # Later ops may read the new value (then x itself), but the graph may
+        # not return it: the caller would get x where it expects a new tensor.
         inplace = _in_place_variant(op)
-        if (inplace is None or len(src.users) != 1 or set(dst.users) != {src, c}
+        if (inplace is None or any(u.op == "output" for u in src.users) or set(dst.users) != {src, c}
                 or not _native_on(inplace)):
             continue
         src.target = inplace
