@@ -1,8 +1,8 @@
 // Which instruction set flemu's vectorized loops run on. flemu is built for
 // baseline x86-64 (SSE2: 4 floats a vector); its elementwise loops, its
-// softmax and attention rows, its fused optimizer steps and its fused-region
-// executor are also built for AVX2 (8) and AVX-512 (16), and take the widest
-// build the CPU runs.
+// softmax and attention rows, batch and layer norm, its fused optimizer steps
+// and its fused-region executor are also built for AVX2 (8) and AVX-512 (16),
+// and take the widest build the CPU runs.
 // No build contracts a multiply and an add into an FMA (flemu is compiled
 // with -ffp-contract=off) or reassociates, so every build rounds every
 // operation alike and gives the same bits. FLEMU_ISA (read at
