@@ -67,11 +67,18 @@ def _train_and_compare(eager: nn.Module, compiled: nn.Module, step: Any, dev: to
         assert_close(p_c.grad, p_e.grad, f"gradient of {name}", rtol=1e-3, atol=1e-4)
 
 
-def test_batch_norm_updates_its_running_stats_in_place(dev: torch.device) -> None:
-    eager, compiled = _pair(ConvBN, dev)
+def _trained(cls: type[nn.Module], dev: torch.device) -> tuple[Any, Any]:
+    """The compiled model's step, trained against eager, and its forward
+    graph's report."""
+    eager, compiled = _pair(cls, dev)
     step = compile_fl(compiled)
     _train_and_compare(eager, compiled, step, dev)
     (fw,) = graph_reports("forward")
+    return step, fw
+
+
+def test_batch_norm_updates_its_running_stats_in_place(dev: torch.device) -> None:
+    step, fw = _trained(ConvBN, dev)
     # Two batch norms: running mean, running variance and batch counter each.
     assert fw.updates_in_place == 6, fw.describe()
     assert "aten::copy_" not in fw.eager_ops and "aten::_native_batch_norm_legit" in fw.eager_ops, (
@@ -86,10 +93,7 @@ def test_batch_norm_updates_its_running_stats_in_place(dev: torch.device) -> Non
 
 
 def test_an_input_read_before_its_update_keeps_its_copy(dev: torch.device) -> None:
-    eager, compiled = _pair(ReadsOldStats, dev)
-    step = compile_fl(compiled)
-    _train_and_compare(eager, compiled, step, dev)
-    (fw,) = graph_reports("forward")
+    _, fw = _trained(ReadsOldStats, dev)
     # bn's stats stay functional (its running mean is read); its counter and
     # all of bn2's updates are written in place.
     assert fw.updates_in_place == 4, fw.describe()
