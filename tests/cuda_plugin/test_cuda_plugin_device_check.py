@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -109,8 +110,14 @@ def test_a_stage_out_of_time_is_interrupted_and_keeps_what_it_wrote(tmp_path: Pa
         "    print('interrupted', flush=True)\n"
         "    sys.exit(3)\n"
     )
-    t0 = time.monotonic()
-    status, output = module.run_interruptible([sys.executable, "-c", code], dict(os.environ), timeout=5, grace=20)
+    # The check itself may run with SIGINT ignored (started with nohup or in
+    # the background); its stages are interrupted all the same.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        t0 = time.monotonic()
+        status, output = module.run_interruptible([sys.executable, "-c", code], dict(os.environ), timeout=5, grace=20)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert (status, output.split()) == (3, ["started", "interrupted"]), (status, output)
     assert partial.read_text() == "partial report"
     assert time.monotonic() - t0 < 25

@@ -531,11 +531,18 @@ class Check:
         (self.out / "device_check.md").write_text(markdown(self.report), encoding="utf-8")
 
 
+def _default_sigint() -> None:
+    # A check started in the background (nohup, `&`) runs with SIGINT
+    # ignored, and a child would inherit that and never be interrupted.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_interruptible(cmd: list[str], env: dict[str, str], timeout: float, grace: float) -> tuple[int, str]:
     """Runs cmd; past `timeout` sends SIGINT and waits `grace` seconds more
     before killing it. Returns the exit status and the output."""
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                preexec_fn=_default_sigint)
         try:
             code = proc.wait(timeout=max(1.0, timeout))
         except subprocess.TimeoutExpired:
