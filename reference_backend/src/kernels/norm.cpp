@@ -7,6 +7,7 @@
 // lanes first); the elementwise passes compute in float (double for
 // float64). Per-channel parameters may have another floating dtype than the
 // input (bfloat16 activations with float32 weights).
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <type_traits>
@@ -21,11 +22,11 @@ namespace {
 // Sums over runs of elements. Each of K sums keeps kLanes float (double for
 // float64) partial sums, lane j taking elements j, j + kLanes, ... of a run;
 // the elements past a run's last full group of 8 go to a double total. The
-// lanes fold pairwise into the total every kFlushElems elements and at the
-// end, so no lane adds more than kFlushElems / 8 terms, however short the
-// runs (a 4x4 feature map) or long the reduction. The order is fixed in the
-// source, so every instruction-set build (isa.h) gives the same bits;
-// 32 lanes keep several vector additions in flight.
+// lanes fold pairwise into the total after every kFlushElems elements (in the
+// middle of a long run, or after many short ones: a 4x4 feature map) and at
+// the end, so no lane adds more than about kFlushElems / 8 terms. The order
+// is fixed in the source, so every instruction-set build (isa.h) gives the
+// same bits; 32 lanes keep several vector additions in flight.
 constexpr int kLanes = 32;
 constexpr int64_t kFlushElems = 4096;
 
@@ -40,12 +41,21 @@ struct LaneSums {
   template <class Term>
   [[gnu::always_inline]] void add(int64_t n, Term&& term) {
     int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes)
-      for (int j = 0; j < kLanes; ++j) {
-        const std::array<C, K> t = term(C{}, i + j);
-        for (int k = 0; k < K; ++k) lane[k][j] += t[static_cast<size_t>(k)];
-      }
-    for (; i + 8 <= n; i += 8)
+    while (i + kLanes <= n) {
+      // Groups of kLanes up to the next fold.
+      const int64_t room = std::max<int64_t>(kLanes, (kFlushElems - pending) / kLanes * kLanes);
+      const int64_t end = i + std::min<int64_t>((n - i) / kLanes * kLanes, room);
+      pending += end - i;
+      for (; i < end; i += kLanes)
+        for (int j = 0; j < kLanes; ++j) {
+          const std::array<C, K> t = term(C{}, i + j);
+          for (int k = 0; k < K; ++k) lane[k][j] += t[static_cast<size_t>(k)];
+        }
+      if (pending >= kFlushElems) flush();
+    }
+    const int64_t groups_end = i + (n - i) / 8 * 8;
+    pending += groups_end - i;
+    for (; i < groups_end; i += 8)
       for (int j = 0; j < 8; ++j) {
         const std::array<C, K> t = term(C{}, i + j);
         for (int k = 0; k < K; ++k) lane[k][j] += t[static_cast<size_t>(k)];
@@ -54,7 +64,6 @@ struct LaneSums {
       const std::array<double, K> t = term(0.0, i);
       for (int k = 0; k < K; ++k) total[k] += t[static_cast<size_t>(k)];
     }
-    pending += n;
     if (pending >= kFlushElems) flush();
   }
 
