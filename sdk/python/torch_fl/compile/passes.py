@@ -107,7 +107,7 @@ def in_place_updates(graph: torch.fx.Graph, device_type: str | None) -> int:
     - _native_batch_norm_legit_functional and the copy_ of its new running
       mean and variance become _native_batch_norm_legit, which updates them;
     - copy_(x, op(x, ...)) becomes op_(x, ...) (the batch counter's add_),
-      where x is only the op's self and the graph does not return op's value.
+      where x is only the op's self and nothing but the copy uses op's value.
 
     Only device ops the plugin runs natively are rewritten. Returns how many
     copy_ nodes were removed."""
@@ -126,8 +126,9 @@ def in_place_updates(graph: torch.fx.Graph, device_type: str | None) -> int:
             continue
         if src.target is operator.getitem:
             bn, k = src.args
-            # The graph may also return the new stats (the backward takes
-            # them, unused in training): it then returns the updated input.
+            # The graph may also return the new stats (saved for the backward,
+            # which takes them): it then returns a copy of the updated input,
+            # as a saved input would be modified by the next forward.
             if (isinstance(bn, torch.fx.Node) and bn.target is aten._native_batch_norm_legit_functional.default
                     and k in (3, 4) and bn.args[5] is True and bn.args[k] is dst
                     and all(u is c or u.op == "output" for u in src.users)
@@ -142,11 +143,10 @@ def in_place_updates(graph: torch.fx.Graph, device_type: str | None) -> int:
         torch.fx.node.map_arg((src.args[1:], src.kwargs), others.append)
         if any(o is dst for o in others):
             continue
-        # Later ops may read the new value (then x itself), but the graph may
-        # not return it: the caller would get x where it expects a new tensor.
+        # The new value is used by the copy alone: as x itself, a later read,
+        # a returned or saved value would change with x's next update.
         inplace = _in_place_variant(op)
-        if (inplace is None or any(u.op == "output" for u in src.users) or set(dst.users) != {src, c}
-                or not _native_on(inplace)):
+        if inplace is None or set(src.users) != {c} or set(dst.users) != {src, c} or not _native_on(inplace):
             continue
         src.target = inplace
         graph.erase_node(c)
@@ -169,7 +169,11 @@ def in_place_updates(graph: torch.fx.Graph, device_type: str | None) -> int:
             c = found[k]
             getter, updated = c.args[1], c.args[0]
             graph.erase_node(c)
-            getter.replace_all_uses_with(updated)
+            if getter.users:
+                with graph.inserting_after(new):
+                    saved = graph.call_function(aten.clone.default, (updated,))
+                saved.meta = dict(getter.meta)
+                getter.replace_all_uses_with(saved)
             graph.erase_node(getter)
             removed += 1
         graph.erase_node(bn)
