@@ -20,6 +20,13 @@ import hashlib, json, torch, torch_fl
 import torch.nn.functional as F
 torch_fl.set_fallback_mode("error")
 g = torch.Generator().manual_seed(0)
+
+def digest_of(*ts):
+    d = hashlib.sha256()
+    for t in ts:
+        d.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return d.hexdigest()
+
 unary = {
     "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu,
     "sigmoid": torch.sigmoid, "tanh": torch.tanh, "exp": torch.exp, "relu": torch.relu,
@@ -43,28 +50,19 @@ for dtype in (torch.float32, torch.bfloat16, torch.float64):
         dev = {"dense": other.to("flemu"), "strided": base.to("flemu").t(), "row": row.to("flemu")}
         for name, fn in unary.items():
             for layout in ("dense", "strided"):
-                t = fn(dev[layout]).cpu()
-                out[f"{name}-{dtype}-{size[0]}-{layout}"] = hashlib.sha256(
-                    t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+                out[f"{name}-{dtype}-{size[0]}-{layout}"] = digest_of(fn(dev[layout]))
         for name, fn in binary.items():
             for a, b in (("dense", "strided"), ("strided", "row")):
-                t = fn(dev[a], dev[b]).cpu()
-                out[f"{name}-{dtype}-{size[0]}-{a}-{b}"] = hashlib.sha256(
-                    t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+                out[f"{name}-{dtype}-{size[0]}-{a}-{b}"] = digest_of(fn(dev[a], dev[b]))
     # Fused attention, forward and backward (heads split over the pool).
     q, k, v = (torch.randn(2, 3, 37, 16, generator=g).to(dtype).to("flemu").requires_grad_() for _ in range(3))
     o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     grads = torch.autograd.grad(o, (q, k, v), torch.ones_like(o))
     for name, t in zip(("sdpa", "sdpa_dq", "sdpa_dk", "sdpa_dv"), (o, *grads)):
-        out[f"{name}-{dtype}"] = hashlib.sha256(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+        out[f"{name}-{dtype}"] = digest_of(t)
     # Normalization, forward and backward, one thread and split over the
     # pool: batch norm over short runs (4x4 maps), long ones and channels-last
     # (strided runs), layer norm and group norm.
-    def digest_of(*ts):
-        d = hashlib.sha256()
-        for t in ts:
-            d.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-        return d.hexdigest()
     for name, shape, cl in (("bn_4x4", (8, 16, 4, 4), False), ("bn_big", (4, 32, 40, 40), False),
                             ("bn_cl", (2, 8, 9, 9), True)):
         x = torch.randn(shape, generator=g).to(dtype).to("flemu")
@@ -105,10 +103,7 @@ for dtype in (torch.float32, torch.bfloat16, torch.float64):
         opt = make(ps)
         for _ in range(3):
             opt.step()
-        digest = hashlib.sha256()
-        for t in [*ps, *(v for st in opt.state.values() for v in st.values())]:
-            digest.update(t.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
-        out[f"{name}-{dtype}"] = digest.hexdigest()
+        out[f"{name}-{dtype}"] = digest_of(*ps, *(v for st in opt.state.values() for v in st.values()))
 print(json.dumps(out))
 """
 

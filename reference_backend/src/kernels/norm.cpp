@@ -733,21 +733,21 @@ void run_layer_norm(const LayerNormJob& j) {
   const int64_t stat_item = j.mean ? dtype_size(j.stat_dtype) : 0;
   parallel_chunks(j.M, grain_for(j.N), [&](int64_t b, int64_t e) {
     with_isa([&]() __attribute__((always_inline)) {
-    for (int64_t r = b; r < e; ++r) {
-      const T* xr = reinterpret_cast<const T*>(j.x) + r * j.N;
-      T* yr = reinterpret_cast<T*>(j.y) + r * j.N;
-      const double mean = j.N ? sum_of(xr, j.N) / static_cast<double>(j.N) : 0.0;
-      const double var = j.N ? sq_dev_of(xr, j.N, mean) / static_cast<double>(j.N) : 0.0;
-      const double rstd = 1.0 / std::sqrt(var + j.eps);
-      if (store_stat) {
-        store_stat(j.mean + r * stat_item, mean);
-        store_stat(j.rstd + r * stat_item, rstd);
+      for (int64_t r = b; r < e; ++r) {
+        const T* xr = reinterpret_cast<const T*>(j.x) + r * j.N;
+        T* yr = reinterpret_cast<T*>(j.y) + r * j.N;
+        const double mean = j.N ? sum_of(xr, j.N) / static_cast<double>(j.N) : 0.0;
+        const double var = j.N ? sq_dev_of(xr, j.N, mean) / static_cast<double>(j.N) : 0.0;
+        const double rstd = 1.0 / std::sqrt(var + j.eps);
+        if (store_stat) {
+          store_stat(j.mean + r * stat_item, mean);
+          store_stat(j.rstd + r * stat_item, rstd);
+        }
+        const Cp m = static_cast<Cp>(mean), rs = static_cast<Cp>(rstd);
+        for (int64_t i = 0; i < j.N; ++i)
+          yr[i] = convert<T>((static_cast<Cp>(to_compute(xr[i])) - m) * rs * gamma[static_cast<size_t>(i)] +
+                             beta[static_cast<size_t>(i)]);
       }
-      const Cp m = static_cast<Cp>(mean), rs = static_cast<Cp>(rstd);
-      for (int64_t i = 0; i < j.N; ++i)
-        yr[i] = convert<T>((static_cast<Cp>(to_compute(xr[i])) - m) * rs * gamma[static_cast<size_t>(i)] +
-                           beta[static_cast<size_t>(i)]);
-    }
     });
   });
 }

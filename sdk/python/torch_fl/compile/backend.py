@@ -33,6 +33,7 @@ from torch_fl.compile.memory_plan import MODES, plan_memory
 from torch_fl.compile.passes import (
     RegionReport,
     eliminate_dead_code,
+    has_device_kernel,
     in_place_updates,
     op_counts,
     partition,
@@ -232,9 +233,7 @@ def compile_aten_graph(
             found = out_overload(n.target)
             # Only where the device writes into `out` itself: composite out=
             # kernels compute into a temporary and copy, which costs memory.
-            if found is not None and torch._C._dispatch_has_kernel_for_dispatch_key(
-                found[0].name(), "PrivateUse1"
-            ):
+            if found is not None and has_device_kernel(found[0]):
                 out_overloads[n] = found
     steps, executables = schedule(nodes, part, set(out_overloads))
     placeholders = [n for n in nodes if n.op == "placeholder"]

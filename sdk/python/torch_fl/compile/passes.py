@@ -20,6 +20,7 @@ __all__ = [
     "Partition",
     "RegionReport",
     "eliminate_dead_code",
+    "has_device_kernel",
     "in_place_updates",
     "partition",
     "schedule",
@@ -72,8 +73,9 @@ def _written_inputs(node: torch.fx.Node) -> list[torch.fx.Node]:
     return written
 
 
-def _native_on(op: torch._ops.OpOverload) -> bool:
-    """Whether the plugin registered a kernel for op."""
+def has_device_kernel(op: torch._ops.OpOverload) -> bool:
+    """Whether the plugin registered a kernel for op (not only a composite or
+    the CPU fallback)."""
     return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "PrivateUse1")
 
 
@@ -146,13 +148,13 @@ def in_place_updates(graph: torch.fx.Graph, device_type: str | None) -> int:
         # The new value is used by the copy alone: as x itself, a later read,
         # a returned or saved value would change with x's next update.
         inplace = _in_place_variant(op)
-        if inplace is None or set(src.users) != {c} or set(dst.users) != {src, c} or not _native_on(inplace):
+        if inplace is None or set(src.users) != {c} or set(dst.users) != {src, c} or not has_device_kernel(inplace):
             continue
         src.target = inplace
         graph.erase_node(c)
         removed += 1
     legit = aten._native_batch_norm_legit.default
-    if not _native_on(legit):
+    if not has_device_kernel(legit):
         return removed
     for bn, found in by_bn.items():
         if set(found) != {3, 4}:
