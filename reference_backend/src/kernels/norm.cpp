@@ -30,9 +30,24 @@ namespace {
 constexpr int kLanes = 32;
 constexpr int64_t kFlushElems = 4096;
 
+// 8 lanes of C as one vector value: a local of this type lives in a
+// register across LaneSums' loops (an array of scalars went through memory).
+template <class C>
+struct Lanes8;
+template <>
+struct Lanes8<float> {
+  typedef float type __attribute__((vector_size(32)));
+};
+template <>
+struct Lanes8<double> {
+  typedef double type __attribute__((vector_size(64)));
+};
+
 template <class C, int K>
 struct LaneSums {
-  C lane[K][kLanes] = {};
+  using V = typename Lanes8<C>::type;
+  static constexpr int kGroups = kLanes / 8;
+  V lane[K][kGroups] = {};
   double total[K] = {};
   int64_t pending = 0;
 
@@ -40,47 +55,66 @@ struct LaneSums {
   // past the last group of 8 as term(0.0, i), computed in double.
   template <class Term>
   [[gnu::always_inline]] void add(int64_t n, Term&& term) {
+    V acc[K][kGroups];
+    for (int k = 0; k < K; ++k)
+      for (int g = 0; g < kGroups; ++g) acc[k][g] = lane[k][g];
     int64_t i = 0;
     while (i + kLanes <= n) {
       // Groups of kLanes up to the next fold.
       const int64_t room = std::max<int64_t>(kLanes, (kFlushElems - pending) / kLanes * kLanes);
       const int64_t end = i + std::min<int64_t>((n - i) / kLanes * kLanes, room);
       pending += end - i;
-      for (; i < end; i += kLanes)
-        for (int j = 0; j < kLanes; ++j) {
-          const std::array<C, K> t = term(C{}, i + j);
-          for (int k = 0; k < K; ++k) lane[k][j] += t[static_cast<size_t>(k)];
-        }
-      if (pending >= kFlushElems) flush();
+      for (; i < end; i += kLanes) {
+#pragma GCC unroll 4
+        for (int g = 0; g < kGroups; ++g) add_group(acc, g, term, i + 8 * g);
+      }
+      if (pending >= kFlushElems) fold(acc);
     }
     const int64_t groups_end = i + (n - i) / 8 * 8;
     pending += groups_end - i;
-    for (; i < groups_end; i += 8)
-      for (int j = 0; j < 8; ++j) {
-        const std::array<C, K> t = term(C{}, i + j);
-        for (int k = 0; k < K; ++k) lane[k][j] += t[static_cast<size_t>(k)];
-      }
+    for (; i < groups_end; i += 8) add_group(acc, 0, term, i);
     for (; i < n; ++i) {
       const std::array<double, K> t = term(0.0, i);
       for (int k = 0; k < K; ++k) total[k] += t[static_cast<size_t>(k)];
     }
-    if (pending >= kFlushElems) flush();
+    if (pending >= kFlushElems) fold(acc);
+    for (int k = 0; k < K; ++k)
+      for (int g = 0; g < kGroups; ++g) lane[k][g] = acc[k][g];
   }
 
-  [[gnu::always_inline]] void flush() {
+  // acc[k][g] += the terms of elements i..i+7.
+  template <class Term>
+  [[gnu::always_inline]] static void add_group(V (&acc)[K][kGroups], int g, Term& term, int64_t i) {
+    V t[K];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const std::array<C, K> e = term(C{}, i + j);
+      for (int k = 0; k < K; ++k) t[k][j] = e[static_cast<size_t>(k)];
+    }
+    for (int k = 0; k < K; ++k) acc[k][g] += t[k];
+  }
+
+  // The lanes fold pairwise (lane j += lane j + w, w = 16, 8, ..., 1) into
+  // the totals, and restart from 0.
+  [[gnu::always_inline]] void fold(V (&acc)[K][kGroups]) {
     for (int k = 0; k < K; ++k) {
-      C* l = lane[k];
-      for (int w = kLanes / 2; w >= 1; w /= 2)
-        for (int j = 0; j < w; ++j) l[j] += l[j + w];
-      total[k] += static_cast<double>(l[0]);
-      for (int j = 0; j < kLanes; ++j) l[j] = C(0);
+      V* l = acc[k];
+      l[0] += l[2];
+      l[1] += l[3];
+      l[0] += l[1];
+      C s[8];
+      for (int j = 0; j < 8; ++j) s[j] = l[0][j];
+      for (int w = 4; w >= 1; w /= 2)
+        for (int j = 0; j < w; ++j) s[j] += s[j + w];
+      total[k] += static_cast<double>(s[0]);
+      for (int g = 0; g < kGroups; ++g) l[g] = V{};
     }
     pending = 0;
   }
 
   // The K sums; the accumulator is empty afterwards.
   [[gnu::always_inline]] std::array<double, K> take() {
-    flush();
+    fold(lane);
     std::array<double, K> out;
     for (int k = 0; k < K; ++k) {
       out[static_cast<size_t>(k)] = total[k];
@@ -360,11 +394,16 @@ template <class T>
   }
 }
 
+// Batch norm walks each element 2-3 times (sums, then output), in runs as
+// short as a 4x4 feature map: a chunk of channels pays for waking the pool
+// at about a quarter of grain_for's elements.
+int64_t batch_norm_grain(const ChannelView& x) { return grain_for(4 * x.N * x.rest); }
+
 template <class T>
 void run_batch_norm(const BatchNormJob& j) {
   const bool same_layout = j.x.rdim == j.y.rdim && std::equal(j.x.rsize, j.x.rsize + j.x.rdim, j.y.rsize) &&
                            std::equal(j.x.rstride, j.x.rstride + j.x.rdim, j.y.rstride);
-  parallel_chunks(j.x.C, grain_for(j.x.N * j.x.rest), [&](int64_t c0, int64_t c1) {
+  parallel_chunks(j.x.C, batch_norm_grain(j.x), [&](int64_t c0, int64_t c1) {
     with_isa([&]() __attribute__((always_inline)) {
       for (int64_t c = c0; c < c1; ++c) batch_norm_channel<T>(j, c, same_layout);
     });
@@ -475,7 +514,7 @@ void run_batch_norm_backward(const BatchNormBackwardJob& j) {
     return v.rdim == j.x.rdim && std::equal(v.rstride, v.rstride + v.rdim, j.x.rstride);
   };
   const bool dy_lockstep = same_runs(j.dy), dx_lockstep = dy_lockstep && j.has_dx && same_runs(j.dx);
-  parallel_chunks(j.x.C, grain_for(j.x.N * j.x.rest), [&](int64_t c0, int64_t c1) {
+  parallel_chunks(j.x.C, batch_norm_grain(j.x), [&](int64_t c0, int64_t c1) {
     with_isa([&]() __attribute__((always_inline)) {
       for (int64_t c = c0; c < c1; ++c) batch_norm_backward_channel<T>(j, c, dy_lockstep, dx_lockstep);
     });
