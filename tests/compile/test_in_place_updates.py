@@ -16,6 +16,7 @@ import torch
 import torch_fl
 from conftest import compile_fl
 from helpers import assert_close, graph_reports
+from support import assert_ok, run_python
 from torch import nn
 from torch_fl.compile.fusion import Region
 from torch_fl.compile.passes import Partition, schedule
@@ -195,3 +196,50 @@ def test_two_forwards_then_one_backward(dev: torch.device) -> None:
         assert_close(b_c, b_e, f"buffer {name}")
     for (name, p_e), (_, p_c) in zip(eager.named_parameters(), compiled.named_parameters()):
         assert_close(p_c.grad, p_e.grad, f"gradient of {name}", rtol=1e-3, atol=1e-4)
+
+
+def test_a_plugin_without_the_in_place_kernels_keeps_the_copies() -> None:
+    # flemu cut to a new vendor's twelve kernels: no batch-norm kernel, no
+    # graph compiler. The updates stay functional (batch norm runs through
+    # the bridge's fallback chain, the copies write the buffers back), and
+    # compiled training still matches eager on the same device.
+    out = assert_ok(run_python(
+        """
+        import torch, torch_fl, torch_fl.compile
+        from torch import nn
+        assert "aten::_native_batch_norm_legit" not in torch_fl.get_plugin().kernels
+
+        class ConvBN(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 4, 3, padding=1, bias=False)
+                self.bn = nn.BatchNorm2d(4)
+
+            def forward(self, x):
+                return torch.relu(self.bn(self.conv(x)))
+
+        dev = torch.device("flemu:0")
+        torch.manual_seed(0)
+        eager = ConvBN().to(dev).train()
+        compiled = ConvBN().to(dev).train()
+        compiled.load_state_dict(eager.state_dict())
+        step = torch.compile(compiled, backend="torchfl")
+        g = torch.Generator().manual_seed(1)
+        with torch_fl.fallback_mode("silent"):
+            for i in range(3):
+                x = torch.randn(2, 3, 6, 6, generator=g).to(dev)
+                out_e, out_c = eager(x), step(x)
+                out_e.square().sum().backward()
+                out_c.square().sum().backward()
+                torch.testing.assert_close(out_c.cpu(), out_e.cpu(), msg=f"output of step {i}")
+        for (name, b_e), (_, b_c) in zip(eager.named_buffers(), compiled.named_buffers()):
+            torch.testing.assert_close(b_c.cpu(), b_e.cpu(), msg=f"buffer {name}")
+        for (name, p_e), (_, p_c) in zip(eager.named_parameters(), compiled.named_parameters()):
+            torch.testing.assert_close(p_c.grad.cpu(), p_e.grad.cpu(), rtol=1e-3, atol=1e-4, msg=name)
+        fw = [r for r in torch_fl.compile.reports() if r.kind == "forward"][0]
+        print("ok", "aten::_native_batch_norm_legit" in fw.eager_ops, fw.eager_ops.get("aten::copy_", 0))
+        """, env={"FLEMU_PROFILE": "minimal"}))
+    # Neither the running mean nor the variance is rewritten: both stay copies
+    # (the counter's add_ may be a kernel the profile has).
+    ok, rewritten, copies = out.split()[-3:]
+    assert (ok, rewritten) == ("ok", "False") and int(copies) >= 2, out
