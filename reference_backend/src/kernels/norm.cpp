@@ -99,9 +99,8 @@ struct LaneSums {
   [[gnu::always_inline]] void fold(V (&acc)[K][kGroups]) {
     for (int k = 0; k < K; ++k) {
       V* l = acc[k];
-      l[0] += l[2];
-      l[1] += l[3];
-      l[0] += l[1];
+      for (int w = kGroups / 2; w >= 1; w /= 2)
+        for (int j = 0; j < w; ++j) l[j] += l[j + w];
       C s[8];
       for (int j = 0; j < 8; ++j) s[j] = l[0][j];
       for (int w = 4; w >= 1; w /= 2)
