@@ -40,7 +40,7 @@ Launch::Launch(const TFL_Kernel_Args* args, int32_t id, const KernelContract* co
   if (args->num_outputs > 0 && args->outputs == nullptr) invalid_argument("outputs is NULL");
   rt_ = &runtime();
   device_ = ctx->device;
-  rt_->device(device_);  // range check
+  arena_ = &rt_->device(device_).arena;  // range-checks ctx->device
   stream_ = &stream_from_handle(ctx->stream);
   if (stream_->device() != device_)
     invalid_argument("ctx->stream belongs to device ", stream_->device(), ", not to ctx->device ", device_);
@@ -204,7 +204,7 @@ TensorArg Launch::tensor(const TFL_Tensor* t, const char* what, bool allow_peer)
   a.numel = numel;
   if (numel == 0) return a;
   if (t->data == nullptr) invalid_argument(what, " has ", numel, " elements but a NULL data pointer");
-  Arena& arena = rt_->device(t->device).arena;
+  Arena& arena = t->device == device_ ? *arena_ : rt_->device(t->device).arena;
   const uint64_t bytes = static_cast<uint64_t>(last + 1) * static_cast<uint64_t>(a.itemsize);
   if (!arena.owns_range(t->data, bytes))
     invalid_argument(what, " [", t->data, ", +", bytes, " bytes) is not inside the memory of device ", t->device);

@@ -150,6 +150,7 @@ class Launch {
   int32_t id_;
   int32_t device_;
   Runtime* rt_;
+  Arena* arena_;  // ctx->device's memory
   Stream* stream_;
   bool inject_async_ = false;
   FaultSet faults_ = 0;

@@ -26,6 +26,21 @@ const char* isa_name(Isa isa) {
   return "baseline";
 }
 
+namespace {
+// True when `t` has `sizes` and is laid out densely in row-major order
+// (a dim of size 1 may have any stride).
+bool dense_with_sizes(const TensorArg& t, int ndim, const int64_t* sizes) {
+  if (t.ndim != ndim) return false;
+  int64_t expected = 1;
+  for (int d = ndim - 1; d >= 0; --d) {
+    if (t.sizes[d] != sizes[d]) return false;
+    if (sizes[d] != 1 && t.strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+}  // namespace
+
 LoopPlan make_loop(const TensorArg* const* operands, int nops, const char* const* names) {
   LoopPlan p;
   p.nops = nops;
@@ -33,6 +48,17 @@ LoopPlan make_loop(const TensorArg* const* operands, int nops, const char* const
   p.numel = out.numel;
   for (int k = 0; k < nops; ++k) p.data[k] = operands[k]->data;
   if (p.numel == 0) return p;
+
+  // The common case, every operand dense with the output's shape, is one run
+  // of numel elements: what the general path below merges it into.
+  bool dense = true;
+  for (int k = 0; k < nops && dense; ++k) dense = dense_with_sizes(*operands[k], out.ndim, out.sizes);
+  if (dense) {
+    p.ndim = 1;
+    p.sizes[0] = p.numel;
+    for (int k = 0; k < nops; ++k) p.strides[k][0] = p.numel == 1 ? 0 : operands[k]->itemsize;
+    return p;
+  }
 
   // Broadcast every operand to operand 0's shape (byte strides, 0 where broadcast).
   const int nd = out.ndim;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "../../thread_pool.h"
 #include "isa.h"
@@ -28,18 +29,25 @@ struct LoopPlan {
   LoopPlan() = default;
   // A copy carries only the dims and operands in use: a kernel's task holds
   // its plan, and a 1-d binary op's is then 80 bytes to write, not 688.
+  // Dims go in groups of four, fixed-size copies the compiler inlines (a
+  // copy of ndim elements became a call to memcpy per array).
   LoopPlan(const LoopPlan& o) { *this = o; }
   LoopPlan& operator=(const LoopPlan& o) {
     ndim = o.ndim;
     nops = o.nops;
     numel = o.numel;
-    std::copy_n(o.sizes, ndim, sizes);
+    for (int d = 0; d < ndim; d += kDimGroup) std::memcpy(sizes + d, o.sizes + d, sizeof(int64_t) * kDimGroup);
     for (int k = 0; k < nops; ++k) {
-      std::copy_n(o.strides[k], ndim, strides[k]);
+      for (int d = 0; d < ndim; d += kDimGroup)
+        std::memcpy(strides[k] + d, o.strides[k] + d, sizeof(int64_t) * kDimGroup);
       data[k] = o.data[k];
     }
     return *this;
   }
+
+ private:
+  static constexpr int kDimGroup = 4;
+  static_assert(kMaxLoopDims % kDimGroup == 0);
 };
 
 // Operand 0 (normally the output) gives the iteration shape; each other
