@@ -1,10 +1,11 @@
 """Hugging Face transformers models train on flemu exactly as on the CPU.
 
-Four families, each a tiny configuration with random weights built from its
+Five families, each a tiny configuration with random weights built from its
 ``*Config`` (nothing is downloaded: ``HF_HUB_OFFLINE=1``): a causal LM with tied
 input/output embeddings (GPT-2), an encoder masked LM whose decoder is tied to
-its word embeddings (BERT), an encoder-decoder with one shared embedding (T5)
-and a vision transformer (ViT). Every dropout probability is 0, so a training
+its word embeddings (BERT), an encoder-decoder with one shared embedding (T5),
+a vision transformer (ViT) and a grouped-query-attention causal LM with rotary
+positions and RMSNorm (Llama). Every dropout probability is 0, so a training
 step is deterministic on both sides. The models, their batches, the optimizer
 and the step are the conformance suite's (``torch_fl_conformance.zoo.hf``, whose
 L2 area certifies one step of each); this test trains five.

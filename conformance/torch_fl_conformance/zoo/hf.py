@@ -1,13 +1,16 @@
 """Hugging Face ``transformers`` architectures a device must run like the CPU.
 
-Four families, each a tiny configuration with random weights built from its
+Five families, each a tiny configuration with random weights built from its
 ``*Config`` (nothing is downloaded: ``HF_HUB_OFFLINE=1`` is set before
 ``transformers`` is imported, and no ``from_pretrained`` is ever called):
 
 - ``gpt2``: a causal LM whose output projection is its token embedding (tied);
 - ``bert``: an encoder masked LM whose decoder is tied to its word embeddings;
 - ``t5``: an encoder-decoder with one embedding shared by both stacks and the head;
-- ``vit``: a vision transformer classifying 16x16 images.
+- ``vit``: a vision transformer classifying 16x16 images;
+- ``llama``: a decoder-only causal LM as today's LLMs are built: grouped-query
+  attention (4 query heads sharing 2 key/value heads), rotary position
+  embeddings, RMSNorm and a SiLU-gated MLP, untied head, a padded batch.
 
 Every dropout probability of the configs is 0, so a training step is the same
 computation on both sides. ``transformers`` is optional: this module imports
@@ -175,6 +178,24 @@ def _vit_batch() -> dict[str, torch.Tensor]:
     }
 
 
+def _llama() -> nn.Module:
+    config = transformers().LlamaConfig(
+        vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+        attention_dropout=0.0, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    )  # fmt: skip
+    return transformers().LlamaForCausalLM(config)
+
+
+def _llama_batch() -> dict[str, torch.Tensor]:
+    ids = torch.randint(3, 97, (2, 12), generator=torch.Generator().manual_seed(5))
+    attention_mask = torch.ones_like(ids)
+    attention_mask[1, 9:] = 0  # padding at the end of the second sequence
+    return {"input_ids": ids, "attention_mask": attention_mask,
+            "labels": ids.masked_fill(attention_mask == 0, -100)}
+
+
 @dataclass(frozen=True)
 class HFModel:
     """One architecture: ``build()`` (random weights, deterministic under
@@ -203,6 +224,9 @@ MODELS: dict[str, HFModel] = {
                   _t5, _t5_batch, ties_weights=True, generates=False),
     "vit": HFModel("vit", "ViT image classifier", _vit, _vit_batch,
                    ties_weights=False, generates=False),
+    "llama": HFModel("llama", "Llama causal LM: grouped-query attention (4 query heads over 2 "
+                     "key/value heads), rotary positions, RMSNorm, SiLU-gated MLP",
+                     _llama, _llama_batch, ties_weights=False, generates=True),
 }
 
 

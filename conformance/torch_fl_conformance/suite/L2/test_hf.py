@@ -1,4 +1,4 @@
-"""L2 Hugging Face architectures: GPT-2, BERT, T5 and ViT from ``transformers``,
+"""L2 Hugging Face architectures: GPT-2, BERT, T5, ViT and Llama from ``transformers``,
 tiny configs with random weights (nothing is downloaded), on the device against
 the CPU: tying after ``.to()``, the forward, one training step, greedy
 generation and the fallbacks of each model's training loop (zoo/hf.py).
