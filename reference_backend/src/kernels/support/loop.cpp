@@ -1,6 +1,7 @@
 #include "loop.h"
 
 #include "isa.h"
+#include "layout.h"
 
 namespace flemu {
 
@@ -27,17 +28,12 @@ const char* isa_name(Isa isa) {
 }
 
 namespace {
-// True when `t` has `sizes` and is laid out densely in row-major order
-// (a dim of size 1 may have any stride).
-bool dense_with_sizes(const TensorArg& t, int ndim, const int64_t* sizes) {
-  if (t.ndim != ndim) return false;
-  int64_t expected = 1;
-  for (int d = ndim - 1; d >= 0; --d) {
-    if (t.sizes[d] != sizes[d]) return false;
-    if (sizes[d] != 1 && t.strides[d] != expected) return false;
-    expected *= sizes[d];
-  }
-  return true;
+// True when `t` has the shape of `out` and is dense row-major (layout.h).
+bool dense_like(const TensorArg& t, const TensorArg& out) {
+  if (t.ndim != out.ndim) return false;
+  for (int32_t d = 0; d < t.ndim; ++d)  // not std::equal: that is a call to memcmp
+    if (t.sizes[d] != out.sizes[d]) return false;
+  return row_major_dense(t.ndim, t.sizes, t.strides);
 }
 }  // namespace
 
@@ -52,7 +48,7 @@ LoopPlan make_loop(const TensorArg* const* operands, int nops, const char* const
   // The common case, every operand dense with the output's shape, is one run
   // of numel elements: what the general path below merges it into.
   bool dense = true;
-  for (int k = 0; k < nops && dense; ++k) dense = dense_with_sizes(*operands[k], out.ndim, out.sizes);
+  for (int k = 0; k < nops && dense; ++k) dense = dense_like(*operands[k], out);
   if (dense) {
     p.ndim = 1;
     p.sizes[0] = p.numel;
