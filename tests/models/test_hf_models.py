@@ -8,7 +8,7 @@ a vision transformer (ViT) and a grouped-query-attention causal LM with rotary
 positions and RMSNorm (Llama). Every dropout probability is 0, so a training
 step is deterministic on both sides. The models, their batches, the optimizer
 and the step are the conformance suite's (``torch_fl_conformance.zoo.hf``, whose
-L2 area certifies one step of each); this test trains five.
+L2 area certifies one step of each); this test trains each for five steps.
 
 For each, one model is built under ``torch.manual_seed(0)``; a deep copy trains
 on the CPU and another, moved with ``.to("flemu:0")``, on the device: the same
