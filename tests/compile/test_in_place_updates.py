@@ -19,7 +19,7 @@ from helpers import assert_close, graph_reports
 from support import assert_ok, run_python
 from torch import nn
 from torch_fl.compile.fusion import Region
-from torch_fl.compile.passes import Partition, schedule
+from torch_fl.compile.passes import Partition, schedule, unread_running_stats
 
 aten = torch.ops.aten
 
@@ -84,15 +84,53 @@ def test_batch_norm_updates_its_running_stats_in_place(dev: torch.device) -> Non
     assert fw.updates_in_place == 6, fw.describe()
     assert "aten::copy_" not in fw.eager_ops and "aten::_native_batch_norm_legit" in fw.eager_ops, (
         fw.describe())
-    # On the device, a step copies only the new stats saved for the backward
-    # (2 batch norms x mean and variance); the updates are the ops' own
-    # writes. (A loss whose gradient is contiguous: AOTAutograd copies an
-    # expanded one.)
+    # On the device, a step copies nothing: the updates are the ops' own
+    # writes, and the backward, which normalizes with the batch statistics
+    # it saved, takes no running statistics (unread_running_stats), so the
+    # forward returns no copies of them to save. (A loss whose gradient is
+    # contiguous: AOTAutograd copies an expanded one.)
+    assert "aten::clone" not in fw.eager_ops, fw.describe()
     x = torch.randn(4, 3, 8, 8, device=dev)
     with torch_fl.op_stats_scope() as scope:
         step(x).square().sum().backward()
-    copies = {r.op: r.calls for r in scope.table if "copy" in r.op}
-    assert copies == {"aten::_copy_from": 4}, scope.table
+    copies = {r.op: r.calls for r in scope.table if "copy" in r.op or "clone" in r.op}
+    assert copies == {}, scope.table
+    (bw,) = graph_reports("backward")
+    assert bw.eager_ops.get("aten::native_batch_norm_backward") == 2, bw.describe()
+
+
+def test_only_training_backwards_drop_the_running_stats() -> None:
+    g = torch.fx.Graph()
+    grad, x, w, rm, rv, sm, si = (g.placeholder(n) for n in ("grad", "x", "w", "rm", "rv", "sm", "si"))
+    op = aten.native_batch_norm_backward.default
+    train = g.call_function(op, (grad, x, w, rm, rv, sm, si, True, 1e-5, [True, True, True]))
+    evaluate = g.call_function(op, (grad, x, w, rm, rv, sm, si, False, 1e-5, [True, True, True]))
+    g.output((train, evaluate))
+    assert unread_running_stats(g) == 1
+    assert train.args[3] is None and train.args[4] is None and train.args[5] is sm
+    assert evaluate.args[3] is rm and evaluate.args[4] is rv
+    assert unread_running_stats(g) == 0
+
+
+def test_an_eval_mode_backward_keeps_the_running_stats(dev: torch.device) -> None:
+    # Without fusion, eval-mode batch norm stays one op, and its backward
+    # normalizes with the running statistics: they must still reach it.
+    torch.manual_seed(0)
+    eager = ConvBN().to(dev).eval()
+    compiled = ConvBN().to(dev).eval()
+    eager.bn.running_mean.uniform_(-0.5, 0.5)
+    eager.bn.running_var.uniform_(0.5, 2.0)
+    compiled.load_state_dict(eager.state_dict())
+    step = compile_fl(compiled, fusion=False)
+    x = torch.randn(4, 3, 8, 8, device=dev)
+    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+    eager(xe).square().sum().backward()
+    step(xc).square().sum().backward()
+    assert_close(xc.grad, xe.grad, "gradient of the input", rtol=1e-3, atol=1e-4)
+    for (name, p_e), (_, p_c) in zip(eager.named_parameters(), compiled.named_parameters()):
+        assert_close(p_c.grad, p_e.grad, f"gradient of {name}", rtol=1e-3, atol=1e-4)
+    (bw,) = graph_reports("backward")
+    assert bw.eager_ops.get("aten::native_batch_norm_backward") == 2, bw.describe()
 
 
 def test_an_input_read_before_its_update_keeps_its_copy(dev: torch.device) -> None:

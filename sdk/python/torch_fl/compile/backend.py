@@ -32,12 +32,14 @@ from torch_fl.compile.fusion import static_shape, tensor_val
 from torch_fl.compile.memory_plan import MODES, plan_memory
 from torch_fl.compile.passes import (
     RegionReport,
+    drop_detaches,
     eliminate_dead_code,
     has_device_kernel,
     in_place_updates,
     op_counts,
     partition,
     schedule,
+    unread_running_stats,
 )
 
 __all__ = ["CompileOptions", "GraphReport", "clear_reports", "reports", "torchfl_backend"]
@@ -109,6 +111,7 @@ class GraphReport:
     nodes: int
     dead_code_removed: int = 0
     updates_in_place: int = 0  # input updates written in place instead of copied in (in_place_updates)
+    detaches_removed: int = 0  # read through to their input (drop_detaches)
     regions: list[RegionReport] = field(default_factory=list)
     eager_ops: dict[str, int] = field(default_factory=dict)
     memory: str = ""
@@ -128,7 +131,8 @@ class GraphReport:
     def describe(self) -> str:
         head = (f"{self.name} ({self.kind}): {self.nodes} nodes, "
                 f"{self.dead_code_removed} removed as dead code, "
-                f"{self.updates_in_place} input updates written in place")
+                f"{self.updates_in_place} input updates written in place, "
+                f"{self.detaches_removed} detaches read through")
         lines = [head]
         if self.fallback_reason:
             lines.append(f"  runs eagerly: {self.fallback_reason}")
@@ -217,6 +221,7 @@ def compile_aten_graph(
 
     device_type = _device_type()
     report.updates_in_place = in_place_updates(graph, device_type)
+    report.detaches_removed = drop_detaches(graph)
     report.dead_code_removed = eliminate_dead_code(graph)
     nodes = list(graph.nodes)
     part = partition(nodes, device_type, options.fusion, options.graph_compiler)
@@ -266,11 +271,16 @@ def _aot_backend(options: CompileOptions) -> Callable[..., Any]:
     def inference(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         return compile_aten_graph(gm, example_inputs, options, "inference")
 
+    def split(joint: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any) -> Any:
+        if unread_running_stats(joint.graph):
+            joint.recompile()
+        return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+
     return aot_autograd(
         fw_compiler=forward,
         bw_compiler=backward,
         inference_compiler=inference,
-        partition_fn=min_cut_rematerialization_partition,
+        partition_fn=split,
         decompositions=decomposition_table() if options.fusion else {},
         # Mutations of inputs that need no gradient (batch norm's running
         # stats) stay in the graphs as copy_ nodes, where in_place_updates()

@@ -47,6 +47,13 @@ def out_overload(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, str]
     return None
 
 
+def _callable(target: Any) -> Any:
+    """What the generated code calls for a node's target: an OpOverload's
+    bound operator itself (its ``__call__`` only forwards to it, a Python
+    frame per op), anything else as it is."""
+    return target._op if isinstance(target, torch._ops.OpOverload) else target
+
+
 def _view(buf: torch.Tensor, dtype: torch.dtype, size: Sequence[int], stride: Sequence[int],
           offset: int) -> torch.Tensor:
     return buf.view(dtype).as_strided(size, stride, offset)
@@ -168,10 +175,10 @@ def generate(
                     op, out_name = out_overloads[n]
                     body.append(f"{var} = {where}")
                     call = ", ".join([*args, *kwargs, f"{out_name}={var}"])
-                    body.append(f"{names.const(op, 'op')}({call})")
+                    body.append(f"{names.const(_callable(op), 'op')}({call})")
                 else:
                     call = ", ".join([*args, *kwargs])
-                    body.append(f"{var} = {names.const(n.target, 'op')}({call})")
+                    body.append(f"{var} = {names.const(_callable(n.target), 'op')}({call})")
         release(i)
     body.append(f"return {names.render(output_args)}")
     source = "\n".join(lines + ["    " + line for line in body]) + "\n"

@@ -19,11 +19,13 @@ from torch_fl.compile.region_ir import UnsupportedArgument, build_region_ir, sch
 __all__ = [
     "Partition",
     "RegionReport",
+    "drop_detaches",
     "eliminate_dead_code",
     "has_device_kernel",
     "in_place_updates",
     "partition",
     "schedule",
+    "unread_running_stats",
 ]
 
 aten = torch.ops.aten
@@ -51,6 +53,51 @@ def eliminate_dead_code(graph: torch.fx.Graph) -> int:
     for node in reversed(list(graph.nodes)):
         if node.op in ("placeholder", "output") or node.users or _has_side_effects(node):
             continue
+        graph.erase_node(node)
+        removed += 1
+    return removed
+
+
+def unread_running_stats(graph: torch.fx.Graph) -> int:
+    """Drops the running statistics from training-mode batch-norm backwards
+    in a joint forward-backward graph, before it is partitioned.
+
+    native_batch_norm_backward(..., running_mean, running_var, save_mean,
+    save_invstd, train=True, ...) normalizes with the batch statistics it
+    saved and never reads the running ones (the optional arguments exist for
+    eval mode). Left in, they are values the backward takes from the forward:
+    the forward then returns a copy of each updated statistic (the next
+    forward updates the statistics in place) and AOTAutograd saves it, two
+    copies and two saved tensors per batch norm and step. Returns how many
+    backwards were rewritten."""
+    rewritten = 0
+    for node in graph.nodes:
+        if node.op != "call_function" or node.target is not aten.native_batch_norm_backward.default:
+            continue
+        args = list(node.args)
+        if len(args) < 8 or args[7] is not True or (args[3] is None and args[4] is None):
+            continue
+        args[3] = args[4] = None
+        node.args = tuple(args)
+        rewritten += 1
+    return rewritten
+
+
+def drop_detaches(graph: torch.fx.Graph) -> int:
+    """Reads through detach(x) to x. AOTAutograd's graphs run without
+    autograd, where detach only makes another view of all of x, and each
+    one is a call through the dispatcher (the backward of a ResNet-18 has
+    32, detaches of detaches of saved activations). A detach the graph
+    returns stays: AOTAutograd tracked that output as its own tensor.
+    Returns how many were removed."""
+    removed = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not aten.detach.default:
+            continue
+        (src,) = node.args
+        if not isinstance(src, torch.fx.Node) or any(u.op == "output" for u in node.users):
+            continue
+        node.replace_all_uses_with(src)
         graph.erase_node(node)
         removed += 1
     return removed
