@@ -204,6 +204,22 @@ def test_norms_without_a_kernel_are_as_accurate_as_on_the_cpu() -> None:
     assert out.split() == ["ok", "2", "1"], out
 
 
+def test_an_out_variant_whose_composite_refuses_the_device_runs_through_the_chain() -> None:
+    # mode's out= overload is a CompositeExplicitAutograd kernel that raises
+    # for any device but CPU, CUDA and XPU, where torch.mode itself runs (the
+    # CPU fallback): the bridge runs the out= overload through its chain.
+    _not_native("aten::mode.values")
+    x = torch.tensor([[1.5, 0.5, 1.5, -2.0], [3.0, 3.0, -1.0, -1.0], [0.25, 4.0, 0.25, 4.0]])
+    values = torch.empty(0, device="flemu")
+    indices = torch.empty(7, dtype=torch.long, device="flemu")
+    with torch_fl.fallback_mode("silent"), torch_fl.op_stats_scope() as s:
+        got = torch.mode(x.to("flemu"), 1, out=(values, indices))
+    assert got.values is values and got.indices is indices
+    expected = torch.mode(x, 1)
+    assert torch.equal(values.cpu(), expected.values) and torch.equal(indices.cpu(), expected.indices)
+    assert s.table.get("aten::mode.values", "float32").cpu_fallback == 1, s.table
+
+
 def test_decomposition_whose_outputs_disagree_with_the_meta_function_is_not_used() -> None:
     # Its decomposition runs on native parts but returns logsumexp shaped (..., L, L)
     # in the input dtype; the operator's meta function (and the CPU) give (..., L)

@@ -136,7 +136,7 @@ void convolution_backward_overrideable(
 }
 
 // ---------------------------------------------------------------------------
-// Composite kernels less accurate than their operator
+// Composite kernels less accurate than their operator, or that refuse the device
 // ---------------------------------------------------------------------------
 
 // On a device without a kernel PyTorch runs these operators'
@@ -149,13 +149,17 @@ void convolution_backward_overrideable(
 //   - native_group_norm computes its statistics and the normalization in the
 //     input's dtype: float16 results off by 2e-3 relative, where the CPU
 //     computes in float.
+// And this one's CompositeExplicitAutograd kernel refuses any device but
+// CPU, CUDA and XPU, where the functional operator runs (through the CPU
+// fallback):
+//   - mode.values (torch.mode(..., out=)).
 // They take the bridge's chain instead: the operator's decomposition (which
 // computes in float) where that runs natively, else the CPU kernel.
 void through_the_chain(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   run_fallback(op, ks, stack, "the plugin has no kernel for it");
 }
 
-constexpr const char* kLessAccurateComposites[] = {"native_layer_norm", "native_group_norm"};
+constexpr const char* kCompositesReplacedByTheChain[] = {"native_layer_norm", "native_group_norm", "mode.values"};
 
 } // namespace
 
@@ -200,7 +204,7 @@ void register_rule_kernels(torch::Library& aten, const std::vector<std::string>&
         "convolution_backward_overrideable",
         torch::CppFunction::makeFromBoxedFunction<&convolution_backward_overrideable>());
   }
-  for (const char* name : kLessAccurateComposites) {
+  for (const char* name : kCompositesReplacedByTheChain) {
     if (!served(("aten::" + std::string(name)).c_str())) {
       aten.impl(name, torch::CppFunction::makeFromBoxedFunction<&through_the_chain>());
     }
