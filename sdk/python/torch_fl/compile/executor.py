@@ -50,8 +50,9 @@ def out_overload(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, str]
 def _callable(target: Any) -> Any:
     """What the generated code calls for a node's target: an OpOverload's
     bound operator itself (its ``__call__`` only forwards to it, a Python
-    frame per op), anything else as it is."""
-    return target._op if isinstance(target, torch._ops.OpOverload) else target
+    frame per op), anything else as it is. Subclasses (TorchBind's) keep
+    their own ``__call__``."""
+    return target._op if type(target) is torch._ops.OpOverload else target
 
 
 def _view(buf: torch.Tensor, dtype: torch.dtype, size: Sequence[int], stride: Sequence[int],
