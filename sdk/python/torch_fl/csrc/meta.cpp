@@ -203,6 +203,7 @@ MetaEntry compute_meta(const MetaSource& src, const c10::OperatorHandle& op,
     return entry;
   }
   entry.outs = specs_of(stack);
+  adjust_output_metadata(sig.name, args, entry.outs);
   if (sig.num_int_returns > 0) {
     for (const c10::IValue& r : stack) {
       std::optional<int64_t> value;

@@ -3,6 +3,7 @@
 #include "fallback.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/ConvUtils.h>
 #include <c10/util/strides.h>
 #include <torch/library.h>
 
@@ -84,6 +85,83 @@ std::optional<std::vector<OutSpec>> bias_free_rnn_cell(
     outs.push_back(dense_like(gates, {state.size(0), state.size(1) * 5}));
   }
   return outs;
+}
+
+// ---------------------------------------------------------------------------
+// Convolution layouts
+// ---------------------------------------------------------------------------
+
+std::vector<c10::SymInt> sym_ints(const c10::IValue& v) {
+  if (v.isSymIntList()) {
+    return v.toSymIntVector();
+  }
+  std::vector<c10::SymInt> out;
+  for (int64_t i : v.toIntVector()) {
+    out.emplace_back(i);
+  }
+  return out;
+}
+
+// Strides of `sizes` in `format`; a 3-d tensor is laid out channels-last as
+// FakeTensor does it (unsqueezed to 4-d, converted, squeezed back).
+c10::DimVector strides_in(c10::IntArrayRef sizes, at::MemoryFormat format) {
+  if (format == at::MemoryFormat::ChannelsLast && sizes.size() == 3) {
+    const std::vector<int64_t> four{sizes[0], sizes[1], 1, sizes[2]};
+    const std::vector<int64_t> st = c10::get_channels_last_strides_2d(four);
+    return c10::DimVector{st[0], st[1], st[3]};
+  }
+  if (format == at::MemoryFormat::ChannelsLast && sizes.size() == 4) {
+    const std::vector<int64_t> st = c10::get_channels_last_strides_2d(sizes);
+    return c10::DimVector(st.begin(), st.end());
+  }
+  if (format == at::MemoryFormat::ChannelsLast3d && sizes.size() == 5) {
+    const std::vector<int64_t> st = c10::get_channels_last_strides_3d(sizes);
+    return c10::DimVector(st.begin(), st.end());
+  }
+  return c10::contiguous_strides(sizes);
+}
+
+// FakeTensor (torch/_subclasses/fake_impls.py, conv) lays a convolution's
+// output, and the input and weight gradients of its backward, out in the
+// format that ATen's convolution picks for the backend it selects for the
+// arguments; that is what a compiled graph plans for. PyTorch's meta
+// kernels choose otherwise, and differently from each other (torch 2.13:
+// the forward's leaves its output contiguous, the backward's makes both
+// gradients channels-last when the input or the weight is): a compiled
+// channels-last model then met gradients laid out as its graph had not
+// planned. `first`: the index of the input argument.
+void conv_layouts(c10::ArrayRef<c10::IValue> args, size_t first, bool backward, std::vector<OutSpec>& outs) {
+  const at::Tensor& input = args[first].toTensor();
+  const at::Tensor& weight = args[first + 1].toTensor();
+  std::optional<at::Tensor> bias;
+  std::optional<std::vector<c10::SymInt>> bias_sizes;
+  if (backward) {
+    if (!args[first + 2].isNone()) {
+      bias_sizes = sym_ints(args[first + 2]);
+    }
+  } else if (args[first + 2].isTensor()) {
+    bias = args[first + 2].toTensor();
+  }
+  const std::vector<c10::SymInt> stride = sym_ints(args[first + 3]);
+  const std::vector<c10::SymInt> padding = sym_ints(args[first + 4]);
+  const std::vector<c10::SymInt> dilation = sym_ints(args[first + 5]);
+  const bool transposed = args[first + 6].toBool();
+  const std::vector<c10::SymInt> output_padding = sym_ints(args[first + 7]);
+  const c10::SymInt groups = args[first + 8].toSymInt();
+  const at::native::ConvBackend backend = at::native::select_conv_backend(
+      input, weight, bias, stride, padding, dilation, transposed, output_padding, groups,
+      bias_sizes.has_value() ? at::OptionalSymIntArrayRef(*bias_sizes) : at::OptionalSymIntArrayRef());
+  // FakeTensor asks about a 1-d convolution as a 2-d one (Convolution.cpp's expansion).
+  const bool one_d = weight.dim() == 3 && !input.is_mkldnn() && !input.is_xpu();
+  const at::MemoryFormat format = one_d
+      ? at::native::_determine_backend_memory_format(input.contiguous().unsqueeze(2), weight.unsqueeze(2), backend)
+      : at::native::_determine_backend_memory_format(input, weight, backend);
+  const size_t n = backward ? std::min<size_t>(outs.size(), 2) : std::min<size_t>(outs.size(), 1);
+  for (size_t i = 0; i < n; ++i) {
+    if (outs[i].defined) {
+      outs[i].strides = strides_in(outs[i].sizes, format);
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -188,6 +266,15 @@ std::optional<std::vector<OutSpec>> rule_output_metadata(
     return bias_free_rnn_cell(op, args);
   }
   return std::nullopt;
+}
+
+void adjust_output_metadata(
+    const std::string& op, c10::ArrayRef<c10::IValue> args, std::vector<OutSpec>& outs) {
+  if (op == "aten::convolution" && args.size() >= 9) {
+    conv_layouts(args, 0, false, outs);
+  } else if (op == "aten::convolution_backward" && args.size() >= 10) {
+    conv_layouts(args, 1, true, outs);
+  }
 }
 
 void register_rule_kernels(torch::Library& aten, const std::vector<std::string>& native) {

@@ -36,11 +36,19 @@ std::vector<int> host_operand_args(const c10::FunctionSchema& schema);
 std::optional<std::vector<OutSpec>> rule_output_metadata(
     const std::string& op, c10::ArrayRef<c10::IValue> args);
 
+// Adjusts what a meta function computed where torch.compile's FakeTensor
+// rules give a different layout: a convolution's output and gradients take
+// the memory format ATen's convolution picks for the backend it selects
+// (FakeTensor's conv rule), not the meta kernels' own choice.
+void adjust_output_metadata(
+    const std::string& op, c10::ArrayRef<c10::IValue> args, std::vector<OutSpec>& outs);
+
 // Registers, unless the plugin serves them natively (`native`: registered
 // schema names): the *_overrideable convolution ops PyTorch routes
 // out-of-tree devices to, as their regular counterparts; and the operators
 // whose CompositeExplicitAutograd kernel is less accurate than the operator
-// (native_layer_norm, native_group_norm), as the bridge's fallback chain.
+// (native_layer_norm, native_group_norm) or refuses the device (mode.values),
+// as the bridge's fallback chain.
 void register_rule_kernels(torch::Library& aten, const std::vector<std::string>& native);
 
 } // namespace torch_fl::bridge

@@ -1,0 +1,85 @@
+"""Convolutions lay their results out as torch.compile's FakeTensor rules
+say (torch_fl/csrc/op_rules.cpp, conv_layouts): a compiled graph plans its
+regions and memory for those layouts, and a channels-last model compiles."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+import pytest
+import torch
+from conftest import compile_fl
+from helpers import assert_close, graph_reports
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+aten = torch.ops.aten
+CL = {4: torch.channels_last, 5: torch.channels_last_3d}
+
+
+def _layouts(x: torch.Tensor, w: torch.Tensor, go: torch.Tensor) -> list[tuple[int, ...]]:
+    nd = w.dim() - 2
+    ones, zeros = [1] * nd, [0] * nd
+    y = aten.convolution(x, w, None, ones, ones, ones, False, zeros, 1)
+    gi, gw, _ = aten.convolution_backward(go, x, w, [w.shape[0]], ones, ones, ones, False, zeros, 1,
+                                          [True, True, True])
+    return [y.stride(), gi.stride(), gw.stride()]
+
+
+# (spatial dims, channels-last input, weight, output gradient): 1-d
+# convolutions have no channels-last format of their own.
+CASES = [(1, False, False, False)] + [(d, *flags) for d in (2, 3)
+                                      for flags in itertools.product([False, True], repeat=3)]
+
+
+@pytest.mark.parametrize("dims,x_cl,w_cl,go_cl", CASES)
+def test_convolution_layouts_are_fake_tensors(dev: torch.device, dims: int, x_cl: bool, w_cl: bool,
+                                               go_cl: bool) -> None:
+    g = torch.Generator().manual_seed(0)
+    spatial = (6,) * dims
+    x = torch.randn(2, 8, *spatial, generator=g).to(dev)
+    w = torch.randn(8, 8, *(3,) * dims, generator=g).to(dev)
+    go = torch.randn(2, 8, *spatial, generator=g).to(dev)
+    if dims > 1:
+        fmt = CL[x.dim()]
+        x, w, go = (t.contiguous(memory_format=fmt) if flag else t
+                    for t, flag in ((x, x_cl), (w, w_cl), (go, go_cl)))
+    real = _layouts(x, w, go)
+    with FakeTensorMode() as mode:
+        fake = _layouts(*(mode.from_tensor(t) for t in (x, w, go)))
+    assert real == fake, f"output, input gradient, weight gradient strides: {real} on the device, {fake} traced"
+
+
+class ConvBN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3, padding=1)
+        self.bn = nn.BatchNorm2d(16)
+        self.conv2 = nn.Conv2d(16, 16, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn(self.conv(x)))
+        return (self.conv2(y) * 2 + y).sigmoid()
+
+
+def test_a_channels_last_model_trains_compiled_as_eager(dev: torch.device) -> None:
+    torch.manual_seed(0)
+    eager = ConvBN().to(dev).to(memory_format=torch.channels_last).train()
+    model = copy.deepcopy(eager)
+    step = compile_fl(model)
+    g = torch.Generator().manual_seed(1)
+    for i in range(2):
+        x = torch.randn(4, 3, 16, 16, generator=g).to(dev).contiguous(memory_format=torch.channels_last)
+        out_e, out_c = eager(x), step(x)
+        assert_close(out_c, out_e, f"output of step {i}")
+        out_e.square().sum().backward()
+        out_c.square().sum().backward()
+        for (name, p_e), p_c in zip(eager.named_parameters(), model.parameters()):
+            # conv.bias feeds batch norm: its gradient is a sum that cancels to ~0.
+            assert_close(p_c.grad, p_e.grad, f"gradient of {name}, step {i}", rtol=1e-3, atol=1e-4)
+            p_e.grad = p_c.grad = None
+    for (name, b_e), b_c in zip(eager.named_buffers(), model.buffers()):
+        assert_close(b_c, b_e, f"buffer {name}")
+    assert {r.kind for r in graph_reports()} == {"forward", "backward"}
+    assert all(r.accepted_regions for r in graph_reports()), [r.describe() for r in graph_reports()]
