@@ -28,9 +28,10 @@ def _layouts(x: torch.Tensor, w: torch.Tensor, go: torch.Tensor) -> list[tuple[i
 
 
 # (spatial dims, channels-last input, weight, output gradient): 1-d
-# convolutions have no channels-last format of their own.
-CASES = [(1, False, False, False)] + [(d, *flags) for d in (2, 3)
-                                      for flags in itertools.product([False, True], repeat=3)]
+# convolutions have no channels-last format of their own; their "channels-
+# last" input is laid out (N, L, C) in memory, a strided view.
+CASES = [(1, False, False, False), (1, True, False, False)] + [
+    (d, *flags) for d in (2, 3) for flags in itertools.product([False, True], repeat=3)]
 
 
 @pytest.mark.parametrize("dims,x_cl,w_cl,go_cl", CASES)
@@ -41,6 +42,8 @@ def test_convolution_layouts_are_fake_tensors(dev: torch.device, dims: int, x_cl
     x = torch.randn(2, 8, *spatial, generator=g).to(dev)
     w = torch.randn(8, 8, *(3,) * dims, generator=g).to(dev)
     go = torch.randn(2, 8, *spatial, generator=g).to(dev)
+    if dims == 1 and x_cl:
+        x = x.transpose(1, 2).contiguous().transpose(1, 2)
     if dims > 1:
         fmt = CL[x.dim()]
         x, w, go = (t.contiguous(memory_format=fmt) if flag else t

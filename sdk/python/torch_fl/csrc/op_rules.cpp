@@ -91,17 +91,6 @@ std::optional<std::vector<OutSpec>> bias_free_rnn_cell(
 // Convolution layouts
 // ---------------------------------------------------------------------------
 
-std::vector<c10::SymInt> sym_ints(const c10::IValue& v) {
-  if (v.isSymIntList()) {
-    return v.toSymIntVector();
-  }
-  std::vector<c10::SymInt> out;
-  for (int64_t i : v.toIntVector()) {
-    out.emplace_back(i);
-  }
-  return out;
-}
-
 // Strides of `sizes` in `format`; a 3-d tensor is laid out channels-last as
 // FakeTensor does it (unsqueezed to 4-d, converted, squeezed back).
 c10::DimVector strides_in(c10::IntArrayRef sizes, at::MemoryFormat format) {
@@ -137,24 +126,28 @@ void conv_layouts(c10::ArrayRef<c10::IValue> args, size_t first, bool backward, 
   std::optional<std::vector<c10::SymInt>> bias_sizes;
   if (backward) {
     if (!args[first + 2].isNone()) {
-      bias_sizes = sym_ints(args[first + 2]);
+      bias_sizes = args[first + 2].toSymIntVector();
     }
   } else if (args[first + 2].isTensor()) {
     bias = args[first + 2].toTensor();
   }
-  const std::vector<c10::SymInt> stride = sym_ints(args[first + 3]);
-  const std::vector<c10::SymInt> padding = sym_ints(args[first + 4]);
-  const std::vector<c10::SymInt> dilation = sym_ints(args[first + 5]);
+  const std::vector<c10::SymInt> stride = args[first + 3].toSymIntVector();
+  const std::vector<c10::SymInt> padding = args[first + 4].toSymIntVector();
+  const std::vector<c10::SymInt> dilation = args[first + 5].toSymIntVector();
   const bool transposed = args[first + 6].toBool();
-  const std::vector<c10::SymInt> output_padding = sym_ints(args[first + 7]);
+  const std::vector<c10::SymInt> output_padding = args[first + 7].toSymIntVector();
   const c10::SymInt groups = args[first + 8].toSymInt();
   const at::native::ConvBackend backend = at::native::select_conv_backend(
       input, weight, bias, stride, padding, dilation, transposed, output_padding, groups,
       bias_sizes.has_value() ? at::OptionalSymIntArrayRef(*bias_sizes) : at::OptionalSymIntArrayRef());
-  // FakeTensor asks about a 1-d convolution as a 2-d one (Convolution.cpp's expansion).
+  // FakeTensor asks about a 1-d convolution as a 2-d one with a contiguous
+  // input (Convolution.cpp's expansion). Only the layout is asked about: an
+  // empty contiguous tensor stands in for a strided input, not a copy of it.
   const bool one_d = weight.dim() == 3 && !input.is_mkldnn() && !input.is_xpu();
   const at::MemoryFormat format = one_d
-      ? at::native::_determine_backend_memory_format(input.contiguous().unsqueeze(2), weight.unsqueeze(2), backend)
+      ? at::native::_determine_backend_memory_format(
+            (input.is_contiguous() ? input : at::empty_like(input, at::MemoryFormat::Contiguous)).unsqueeze(2),
+            weight.unsqueeze(2), backend)
       : at::native::_determine_backend_memory_format(input, weight, backend);
   const size_t n = backward ? std::min<size_t>(outs.size(), 2) : std::min<size_t>(outs.size(), 1);
   for (size_t i = 0; i < n; ++i) {
