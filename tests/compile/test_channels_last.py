@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import copy
 import itertools
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import compile_fl
 from helpers import assert_close, graph_reports
+from support import DEVICE, assert_ok, run_python
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -86,3 +88,28 @@ def test_a_channels_last_model_trains_compiled_as_eager(dev: torch.device) -> No
         assert_close(b_c, b_e, f"buffer {name}")
     assert {r.kind for r in graph_reports()} == {"forward", "backward"}
     assert all(r.accepted_regions for r in graph_reports()), [r.describe() for r in graph_reports()]
+
+
+def test_without_convolution_kernels_results_are_laid_out_as_traced() -> None:
+    """A plugin with a graph compiler and no convolution kernel: the CPU
+    fallback runs the convolutions, and their results travel back in the
+    layouts the traced graph planned (a CPU kernel keeps channels-last
+    inputs' layout where a device's convolution does not)."""
+    here = Path(__file__).parent
+    out = assert_ok(run_python(
+        f"""
+        import sys
+        sys.path[:0] = [{str(here)!r}, {str(here.parent)!r}]
+        import torch, torch_fl
+        import test_channels_last as t
+        assert "aten::convolution" not in torch_fl.get_plugin().kernels
+        dev = torch.device({DEVICE!r}, 0)
+        for case in t.CASES:
+            t.test_convolution_layouts_are_fake_tensors(dev, *case)
+        t.test_a_channels_last_model_trains_compiled_as_eager(dev)
+        s = torch_fl.op_stats()
+        print("ok", s.get("aten::convolution").cpu_fallback, s.get("aten::convolution_backward").cpu_fallback)
+        """, env={"TORCH_FL_DISABLE_KERNELS": "aten::convolution,aten::convolution_backward",
+                  "TORCH_FL_FALLBACK": "silent"}))
+    ok, forward, backward = out.split()[-3:]
+    assert ok == "ok" and int(forward) >= len(CASES) and int(backward) >= len(CASES), out

@@ -222,6 +222,43 @@ int aliased_argument(const c10::FunctionSchema& schema, const c10::Argument& ret
   return -1;
 }
 
+// A CPU kernel lays some results out otherwise than torch.compile's rules,
+// which the device kernel path follows (op_rules.h, adjust_output_metadata):
+// a convolution's output on a channels-last input is channels-last on the
+// CPU, contiguous on an out-of-tree device. Such results are restrided on the
+// host, before they travel, so that a call lays its results out the same
+// with or without a plugin kernel, and a compiled graph gets the layout it
+// planned either way.
+void lay_out_as_traced(
+    const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> device_args, torch::jit::Stack& host_results) {
+  const size_t n = schema.returns().size();
+  std::vector<OutSpec> specs(n);
+  bool any = false;
+  for (size_t r = 0; r < n; ++r) {
+    const c10::IValue& v = host_results[r];
+    if (v.isTensor() && v.toTensor().defined()) {
+      const at::Tensor& t = v.toTensor();
+      specs[r] = OutSpec{t.scalar_type(), c10::DimVector(t.sizes()), c10::DimVector(t.strides())};
+      any = true;
+    } else {
+      specs[r].defined = false;
+    }
+  }
+  if (!any) {
+    return;
+  }
+  adjust_output_metadata(c10::toString(schema.operator_name()), device_args, specs);
+  for (size_t r = 0; r < n; ++r) {
+    if (!specs[r].defined) {
+      continue;
+    }
+    const at::Tensor& t = host_results[r].toTensor();
+    if (t.strides() != c10::IntArrayRef(specs[r].strides)) {
+      host_results[r] = at::empty_strided(t.sizes(), specs[r].strides, t.options()).copy_(t);
+    }
+  }
+}
+
 struct Mutated {
   at::Tensor device;
   at::Tensor host;
@@ -334,6 +371,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     m.device.copy_(m.host);
   }
+  lay_out_as_traced(schema, args, cpu_stack);
   std::vector<c10::IValue> results;
   results.reserve(schema.returns().size());
   for (size_t r = 0; r < schema.returns().size(); ++r) {

@@ -39,7 +39,9 @@ std::optional<std::vector<OutSpec>> rule_output_metadata(
 // Adjusts what a meta function computed where torch.compile's FakeTensor
 // rules give a different layout: a convolution's output and gradients take
 // the memory format ATen's convolution picks for the backend it selects
-// (FakeTensor's conv rule), not the meta kernels' own choice.
+// (FakeTensor's conv rule), not the meta kernels' own choice. The device
+// kernel path applies it to the meta function's specs; the CPU fallback to
+// the CPU kernel's results, before they travel to the device.
 void adjust_output_metadata(
     const std::string& op, c10::ArrayRef<c10::IValue> args, std::vector<OutSpec>& outs);
 
