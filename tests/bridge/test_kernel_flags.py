@@ -1,6 +1,6 @@
 """Every kernel flag is honoured for every variant of a call — functional,
 in-place, out=, a view, a transpose or a mixed dtype as self — checked against
-the CPU with a plugin that declares all of flemu's kernels dense
+the CPU (values and the result's layout) with a plugin that declares all of flemu's kernels dense
 (CONTIGUOUS_INPUTS | CONTIGUOUS_OUTPUTS) and verifies before each call that
 the bridge kept those promises (fixtures/dense_plugin.c). flemu alone copes
 with any strides, so it would hide a bridge that hands a dense kernel a
@@ -100,6 +100,26 @@ def batch_norm_channels_last(dev):
     bn = nn.BatchNorm2d(3).to(dev); x = torch.randn(2, 3, 4, 4).to(dev)
     y = bn(x.contiguous(memory_format=torch.channels_last))
     return torch.cat([y.flatten(), bn.running_mean, bn.running_var])
+# A dense kernel's fresh output keeps the layout PyTorch gives it (a
+# channels-last input makes a channels-last result): the kernel writes a
+# dense temporary, the caller gets the metadata's layout.
+@case
+def channels_last_relu(dev):
+    x = (torch.arange(96.) - 48).reshape(2, 3, 4, 4).to(dev); return torch.relu(x.contiguous(memory_format=torch.channels_last))
+@case
+def channels_last_plus_contiguous(dev):
+    x = torch.arange(96.).reshape(2, 3, 4, 4).to(dev)
+    return x.contiguous(memory_format=torch.channels_last) + x
+@case
+def channels_last_group_norm_and_batch_norm(dev):
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 3, 3).to(dev).contiguous(memory_format=torch.channels_last)
+    gn = nn.GroupNorm(2, 4).to(dev); bn = nn.BatchNorm2d(4).to(dev)
+    return gn(x) + bn(x)
+@case
+def channels_last_view_of_a_size_one_dim(dev):
+    x = torch.arange(8.).reshape(2, 4, 1, 1).to(dev).contiguous(memory_format=torch.channels_last)
+    return x.sigmoid()
 # The bridge learns per call shape that a functional call's inputs go to the
 # kernel as given; a call of the same sizes with other strides, a broadcast
 # operand or another dtype must still get dense, broadcast and cast operands.
@@ -148,8 +168,10 @@ for case in CASES:
     else:
         got = got.detach().cpu()
         ok = got.dtype == expected.dtype and got.shape == expected.shape and torch.allclose(
-            got.double(), expected.detach().double(), rtol=1e-5, atol=1e-6)
-        detail = f"device {got.tolist()} ({got.dtype}), CPU {expected.tolist()} ({expected.dtype})"
+            got.double(), expected.detach().double(), rtol=1e-5, atol=1e-6) and (
+            got.stride() == expected.stride())
+        detail = (f"device {got.tolist()} ({got.dtype}, strides {got.stride()}), "
+                  f"CPU {expected.tolist()} ({expected.dtype}, strides {expected.stride()})")
     results[name] = {"ok": bool(ok), "detail": detail}
 print("RESULTS " + json.dumps(results))
 '''

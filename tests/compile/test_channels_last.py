@@ -113,3 +113,26 @@ def test_without_convolution_kernels_results_are_laid_out_as_traced() -> None:
                   "TORCH_FL_FALLBACK": "silent"}))
     ok, forward, backward = out.split()[-3:]
     assert ok == "ok" and int(forward) >= len(CASES) and int(backward) >= len(CASES), out
+
+
+class NormFirst(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gn = nn.GroupNorm(4, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.gn(x) * 2 + x).sigmoid()
+
+
+def test_a_dense_kernel_on_a_channels_last_input_feeds_a_region(dev: torch.device) -> None:
+    """flemu's group norm kernel writes dense outputs (CONTIGUOUS_OUTPUTS); on
+    a channels-last input PyTorch's result, and the traced graph's, is
+    channels-last, and the fused region after it was compiled for that."""
+    torch.manual_seed(0)
+    model = NormFirst().to(dev)
+    step = compile_fl(copy.deepcopy(model))
+    x = torch.randn(4, 16, 8, 8).to(dev).contiguous(memory_format=torch.channels_last)
+    assert_close(step(x), model(x), "output")
+    on_cpu = nn.functional.group_norm(x.cpu(), 4)
+    assert model.gn(x).stride() == on_cpu.stride() == x.stride(), (model.gn(x).stride(), on_cpu.stride())
+    assert any(r.accepted_regions for r in graph_reports("forward")), [r.describe() for r in graph_reports()]

@@ -141,7 +141,8 @@ typedef enum TFL_KernelFlags {
    * over all tensor inputs), as elementwise arithmetic needs. */
   TFL_KERNEL_PROMOTE_INPUTS = 1u << 2,
   /* Outputs arrive dense and row-major; for a strided in-place or out=
-   * target the bridge runs the kernel into a temporary and copies back. */
+   * target, or a fresh output PyTorch lays out otherwise (channels-last),
+   * the bridge runs the kernel into a temporary and copies back. */
   TFL_KERNEL_CONTIGUOUS_OUTPUTS = 1u << 3,
   /* 0-dim CPU operands (Python numbers in `x * 0.5`) arrive as
    * TFL_MEMORY_HOST tensors with their own dtype, readable during the launch,

@@ -117,21 +117,55 @@ class Builder {
     ops_.broadcast.push_back(broadcast);
   }
 
+  // A fresh output: the metadata's layout, unless the plugin chose the
+  // layout of its fresh outputs (preferred_memory_format). A kernel flagged
+  // CONTIGUOUS_OUTPUTS writes a dense one: where the metadata lays the output
+  // out otherwise (an elementwise op on a channels-last input), the kernel
+  // writes a dense temporary and the caller gets the metadata's layout, as
+  // from PyTorch's own kernel and as torch.compile traced it.
   at::Tensor allocate(const OutSpec& spec) const {
     if (!spec.defined) {
       return at::Tensor();
     }
-    if (rules_.memory_format == TFL_MEMORY_FORMAT_CONTIGUOUS ||
-        (flags_ & TFL_KERNEL_CONTIGUOUS_OUTPUTS)) {
+    if (rules_.memory_format == TFL_MEMORY_FORMAT_CONTIGUOUS) {
       return empty_device(spec.sizes, spec.dtype, call_.device);
+    }
+    if (flags_ & TFL_KERNEL_CONTIGUOUS_OUTPUTS) {
+      if (dense_row_major(spec)) {
+        return as_specified(spec);
+      }
+      at::Tensor target = as_specified(spec);
+      at::Tensor temp = empty_device(spec.sizes, spec.dtype, call_.device);
+      ops_.copy_back.emplace_back(target, temp);
+      ops_.laid_out.emplace_back(ops_.outputs.size(), std::move(target));
+      return temp;
     }
     if (rules_.memory_format == TFL_MEMORY_FORMAT_CHANNELS_LAST && spec.sizes.size() == 4) {
       return empty_device(spec.sizes, spec.dtype, call_.device, c10::MemoryFormat::ChannelsLast);
     }
+    return as_specified(spec);
+  }
+
+  at::Tensor as_specified(const OutSpec& spec) const {
     if (spec.nbytes != OutSpec::kUnknownBytes) {
       return empty_device_sized(spec.sizes, spec.strides, spec.nbytes, spec.dtype, call_.device);
     }
     return empty_device(spec.sizes, spec.strides, spec.dtype, call_.device);
+  }
+
+  // Row-major for every dim of more than one element (what a kernel that
+  // writes dense outputs writes; a size-1 dim's stride is never used).
+  static bool dense_row_major(const OutSpec& spec) {
+    int64_t expected = 1;
+    for (size_t d = spec.sizes.size(); d-- > 0;) {
+      if (spec.sizes[d] != 1) {
+        if (spec.strides[d] != expected) {
+          return false;
+        }
+        expected *= spec.sizes[d];
+      }
+    }
+    return true;
   }
 
   // A derived in-place call: `self` is read as inputs[0] and written as outputs[0].
@@ -351,6 +385,9 @@ void prepare_operands(
 void write_back(Operands& ops) {
   for (auto& [target, temp] : ops.copy_back) {
     target.copy_(temp);
+  }
+  for (auto& [index, target] : ops.laid_out) {
+    ops.outputs[index] = std::move(target);
   }
 }
 

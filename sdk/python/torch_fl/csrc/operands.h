@@ -41,6 +41,12 @@ struct Operands {
   c10::SmallVector<at::Tensor, 4> outputs; // what the kernel writes
   c10::SmallVector<at::Tensor, 4> targets; // what the caller gets back (in-place/out=)
   c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 2> copy_back; // (caller's tensor, temporary)
+  // Fresh outputs laid out as the metadata says where that is not dense
+  // (channels-last) while the kernel writes dense ones: (index into outputs,
+  // the tensor the caller gets). The kernel writes outputs[index], a dense
+  // temporary that copy_back holds too; write_back puts the caller's tensor
+  // in its place.
+  c10::SmallVector<std::pair<size_t, at::Tensor>, 1> laid_out;
   int32_t variant = 0; // TFL_KernelVariant the kernel is told (ctx->variant)
 
   void clear() {
@@ -49,6 +55,7 @@ struct Operands {
     outputs.clear();
     targets.clear();
     copy_back.clear();
+    laid_out.clear();
     variant = 0;
   }
 };
@@ -74,7 +81,9 @@ void prepare_operands(
     const CallShape& call,
     Operands& ops);
 
-// Copies the temporaries back into the caller's tensors (after the launch).
+// Copies the temporaries back into the caller's tensors (after the launch),
+// and puts fresh outputs laid out otherwise than dense in their temporaries'
+// place.
 void write_back(Operands& ops);
 
 } // namespace torch_fl::bridge
