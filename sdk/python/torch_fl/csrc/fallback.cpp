@@ -230,7 +230,10 @@ int aliased_argument(const c10::FunctionSchema& schema, const c10::Argument& ret
 // with or without a plugin kernel, and a compiled graph gets the layout it
 // planned either way.
 void lay_out_as_traced(
-    const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> device_args, torch::jit::Stack& host_results) {
+    const std::string& name,
+    const c10::FunctionSchema& schema,
+    c10::ArrayRef<c10::IValue> device_args,
+    torch::jit::Stack& host_results) {
   const size_t n = schema.returns().size();
   std::vector<OutSpec> specs(n);
   bool any = false;
@@ -247,7 +250,7 @@ void lay_out_as_traced(
   if (!any) {
     return;
   }
-  adjust_output_metadata(c10::toString(schema.operator_name()), device_args, specs);
+  adjust_output_metadata(name, device_args, specs);
   for (size_t r = 0; r < n; ++r) {
     if (!specs[r].defined) {
       continue;
@@ -264,8 +267,8 @@ struct Mutated {
   at::Tensor host;
 };
 
-// Copy in, run the CPU kernel, copy back.
-void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+// Copy in, run the CPU kernel, copy back. `name`: the op's schema name.
+void cpu_fallback(const std::string& name, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   const size_t nargs = schema.arguments().size();
   auto args = torch::jit::last(*stack, nargs);
@@ -303,8 +306,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     return host;
   };
 
-  const std::vector<int>& hidden_writes =
-      unannotated_mutations(c10::toString(schema.operator_name()));
+  const std::vector<int>& hidden_writes = unannotated_mutations(name);
   for (size_t i = 0; i < nargs; ++i) {
     const c10::Argument& arg = schema.arguments()[i];
     const bool write = (arg.alias_info() != nullptr && arg.alias_info()->isWrite()) ||
@@ -371,7 +373,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     m.device.copy_(m.host);
   }
-  lay_out_as_traced(schema, args, cpu_stack);
+  lay_out_as_traced(name, schema, args, cpu_stack);
   std::vector<c10::IValue> results;
   results.reserve(schema.returns().size());
   for (size_t r = 0; r < schema.returns().size(); ++r) {
@@ -455,7 +457,7 @@ void run_fallback(
   }
   const uint64_t bytes_before = transfer_bytes();
   try {
-    cpu_fallback(op, stack);
+    cpu_fallback(name, op, stack);
   } catch (c10::Error& e) {
     counter.add(Path::Failed, ticks() - start - setup, transfer_bytes() - bytes_before);
     e.add_context(

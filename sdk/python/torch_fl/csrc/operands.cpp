@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/TensorGeometry.h>
 #include <ATen/native/Resize.h>
 
 #include <limits>
@@ -131,7 +132,8 @@ class Builder {
       return empty_device(spec.sizes, spec.dtype, call_.device);
     }
     if (flags_ & TFL_KERNEL_CONTIGUOUS_OUTPUTS) {
-      if (dense_row_major(spec)) {
+      // Row-major but for size-1 dims (whose strides are never used), or empty.
+      if (at::geometry_is_contiguous(spec.sizes, spec.strides)) {
         return as_specified(spec);
       }
       at::Tensor target = as_specified(spec);
@@ -151,21 +153,6 @@ class Builder {
       return empty_device_sized(spec.sizes, spec.strides, spec.nbytes, spec.dtype, call_.device);
     }
     return empty_device(spec.sizes, spec.strides, spec.dtype, call_.device);
-  }
-
-  // Row-major for every dim of more than one element (what a kernel that
-  // writes dense outputs writes; a size-1 dim's stride is never used).
-  static bool dense_row_major(const OutSpec& spec) {
-    int64_t expected = 1;
-    for (size_t d = spec.sizes.size(); d-- > 0;) {
-      if (spec.sizes[d] != 1) {
-        if (spec.strides[d] != expected) {
-          return false;
-        }
-        expected *= spec.sizes[d];
-      }
-    }
-    return true;
   }
 
   // A derived in-place call: `self` is read as inputs[0] and written as outputs[0].
