@@ -61,10 +61,31 @@ browser:
 bench: build
 	$(PY) -m pytest bench -q --benchmark-columns=min,median,mean,rounds --benchmark-sort=name
 
-# Builds the bridge and the flemu reference plugin. Autoload is off while pip
+# Builds the flemu reference plugin and the bridge. Autoload is off while pip
 # imports torch so a half-installed plugin cannot break the build.
+# The bridge is built with profile-guided optimization (GCC): an instrumented
+# build, in its own build dir and installed outside .venv, trains the profile
+# on flemu (sdk/tools/pgo_train.py); the bridge .venv gets is compiled with
+# it. `make build PGO=0` builds it without (CMakeLists.txt, TORCH_FL_PGO).
+PGO     ?= 1
+PGO_DIR := $(abspath build/pgo)
+BUILD_ENV := TORCH_DEVICE_BACKEND_AUTOLOAD=0
+PIP_BUILD := $(BUILD_ENV) $(PIP) install --quiet --no-build-isolation --no-deps
+
 build: venv
-	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PIP) install --quiet --no-build-isolation --no-deps . ./reference_backend
+	$(PIP_BUILD) ./reference_backend
+ifeq ($(PGO),1)
+	rm -rf $(PGO_DIR)/profile $(PGO_DIR)/site
+	$(PIP_BUILD) --target $(PGO_DIR)/site -C build-dir=$(PGO_DIR)/generate \
+	  -C cmake.define.TORCH_FL_PGO=generate -C cmake.define.TORCH_FL_PGO_DIR=$(PGO_DIR)/profile .
+	PYTHONPATH=$(PGO_DIR)/site $(PY) sdk/tools/pgo_train.py
+	@ls $(PGO_DIR)/profile/*.gcda > /dev/null 2>&1 || { \
+	  echo "make build: the instrumented bridge wrote no profile to $(PGO_DIR)/profile (GCC builds one; make build PGO=0 builds without)"; exit 1; }
+	$(PIP_BUILD) -C build-dir=$(PGO_DIR)/use \
+	  -C cmake.define.TORCH_FL_PGO=use -C cmake.define.TORCH_FL_PGO_DIR=$(PGO_DIR)/profile .
+else
+	$(PIP_BUILD) -C cmake.define.TORCH_FL_PGO= .
+endif
 
 # The bridge rebuilt for torch 2.14 (C++20, CMakeLists.txt decides); flemu is not
 # rebuilt: .venv's installed copy (package, library, entry points) is copied in.

@@ -176,8 +176,13 @@ void marshal_call(
   s.doubles.reserve(call.num_doubles + 1);
   s.bools.reserve(call.num_bools + 1);
   s.strings.reserve(call.num_strings + 1);
-  s.values.reserve(args.size());
   s.outputs.reserve(ops.outputs.size());
+  // At most one value per argument, stored in place: SmallVector's
+  // push_back is an out-of-line call each.
+  s.values.resize_for_overwrite(args.size());
+  TFL_Value* const values = s.values.data();
+  size_t num_values = 0;
+  auto put = [&](const TFL_Value& val) { values[num_values++] = val; };
 
   size_t slot = 0; // next entry of ops.inputs
   auto next_tensor = [&]() -> const TFL_Tensor* {
@@ -204,19 +209,19 @@ void marshal_call(
       if (info.kind == ArgKind::Tensor) {
         ++slot;
       }
-      s.values.push_back(value_of(TFL_VALUE_NONE));
+      put(value_of(TFL_VALUE_NONE));
       continue;
     }
     switch (info.kind) {
       case ArgKind::Tensor: {
         const TFL_Tensor* desc = next_tensor();
         if (desc == nullptr) {
-          s.values.push_back(value_of(TFL_VALUE_NONE));
+          put(value_of(TFL_VALUE_NONE));
           break;
         }
         TFL_Value val = value_of(TFL_VALUE_TENSOR);
         val.v.tensor = desc;
-        s.values.push_back(val);
+        put(val);
         break;
       }
       case ArgKind::TensorList:
@@ -230,23 +235,23 @@ void marshal_call(
         TFL_Value val = value_of(TFL_VALUE_TENSOR_LIST);
         val.v.tensors.data = s.desc_ptrs.data() + first;
         val.v.tensors.size = n;
-        s.values.push_back(val);
+        put(val);
         break;
       }
       case ArgKind::Int:
-        s.values.push_back(int_value(TFL_VALUE_INT, int_of(v)));
+        put(int_value(TFL_VALUE_INT, int_of(v)));
         break;
       case ArgKind::Float: {
         TFL_Value val = value_of(TFL_VALUE_DOUBLE);
         val.v.d = double_of(v);
-        s.values.push_back(val);
+        put(val);
         break;
       }
       case ArgKind::Bool:
-        s.values.push_back(int_value(TFL_VALUE_BOOL, v.toBool() ? 1 : 0));
+        put(int_value(TFL_VALUE_BOOL, v.toBool() ? 1 : 0));
         break;
       case ArgKind::Scalar:
-        s.values.push_back(scalar_value(v));
+        put(scalar_value(v));
         break;
       case ArgKind::IntList: {
         const size_t first = s.ints.size();
@@ -256,7 +261,7 @@ void marshal_call(
         TFL_Value val = value_of(TFL_VALUE_INT_LIST);
         val.v.ints.data = s.ints.data() + first;
         val.v.ints.size = s.ints.size() - first;
-        s.values.push_back(val);
+        put(val);
         break;
       }
       case ArgKind::FloatList:
@@ -277,7 +282,7 @@ void marshal_call(
         TFL_Value val = value_of(TFL_VALUE_DOUBLE_LIST);
         val.v.doubles.data = s.doubles.data() + first;
         val.v.doubles.size = s.doubles.size() - first;
-        s.values.push_back(val);
+        put(val);
         break;
       }
       case ArgKind::BoolList: {
@@ -288,22 +293,22 @@ void marshal_call(
         TFL_Value val = value_of(TFL_VALUE_BOOL_LIST);
         val.v.bools.data = s.bools.data() + first;
         val.v.bools.size = s.bools.size() - first;
-        s.values.push_back(val);
+        put(val);
         break;
       }
       case ArgKind::ScalarType:
-        s.values.push_back(int_value(TFL_VALUE_SCALAR_TYPE, to_tfl_dtype(v.toScalarType())));
+        put(int_value(TFL_VALUE_SCALAR_TYPE, to_tfl_dtype(v.toScalarType())));
         break;
       case ArgKind::Layout:
-        s.values.push_back(value_of(TFL_VALUE_LAYOUT));
+        put(value_of(TFL_VALUE_LAYOUT));
         break;
       case ArgKind::MemoryFormat:
-        s.values.push_back(
+        put(
             int_value(TFL_VALUE_MEMORY_FORMAT, memory_format_value(v.toMemoryFormat())));
         break;
       case ArgKind::Device: {
         const c10::Device d = v.toDevice();
-        s.values.push_back(int_value(
+        put(int_value(
             TFL_VALUE_DEVICE,
             d.type() == c10::DeviceType::PrivateUse1 ? (d.has_index() ? d.index() : call.device)
                                                      : -1));
@@ -314,15 +319,17 @@ void marshal_call(
         TFL_Value val = value_of(TFL_VALUE_STRING);
         val.v.str.data = s.strings.back().c_str();
         val.v.str.size = s.strings.back().size();
-        s.values.push_back(val);
+        put(val);
         break;
       }
       case ArgKind::Generator:
       case ArgKind::Unsupported:
-        s.values.push_back(value_of(TFL_VALUE_NONE));
+        put(value_of(TFL_VALUE_NONE));
         break;
     }
   }
+
+  s.values.resize(num_values);
 
   for (const at::Tensor& out : ops.outputs) {
     s.outputs.push_back(out.defined() ? add_desc(s, out, false, {}) : nullptr);

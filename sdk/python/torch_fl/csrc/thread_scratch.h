@@ -23,8 +23,10 @@ class ThreadScratch {
       value_ = &*fresh_;
       return;
     }
+    // Empty: every release clears it (the destructor), the first use finds
+    // it fresh. Clearing here again would cost a thread_local lookup per
+    // vector, as the compiler recomputes the slot's address after each call.
     s.busy = true;
-    s.value.clear();
     value_ = &s.value;
     slot_ = &s;
   }
