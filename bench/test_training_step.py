@@ -49,6 +49,7 @@ import torch.nn.functional as F
 import torch_fl
 from _interleave import interleaved
 from torch import nn
+from torch_fl._build_info import PGO as BRIDGE_PGO
 from torch_fl_conformance.zoo import get_model
 from torch_fl_conformance.zoo.resnet import ResNet18
 
@@ -215,6 +216,9 @@ def test_step_flemu(benchmark, name: str) -> None:
         if pinned:
             trainer.step()  # the first step after pinning moves threads
             _record_per_call(name, "_host_core_reserved", _per_step_totals(trainer.step, ROUNDS))
+    # The bridge's build decides its host time per call (README: a
+    # profile-guided build takes 10-21% off it): say which one was measured.
+    _record(name, "bridge_pgo", BRIDGE_PGO)
     r = _results[name]
     benchmark.extra_info.update(dict(r))
 
@@ -228,6 +232,7 @@ def test_step_flemu(benchmark, name: str) -> None:
         if "bridge_us_per_native_call_host_core_reserved" in r
         else "host's core could not be reserved (one CPU), ")
     benchmark.extra_info["figure"] = (
-        f"bridge host time {reserved_text}{per_call('')} sharing both cores with flemu's kernels "
+        f"bridge (profile-guided build: {r['bridge_pgo']}) host time {reserved_text}"
+        f"{per_call('')} sharing both cores with flemu's kernels "
         f"(bridge {100 * r['bridge_share']:.1f}% of the step); "
         f"host issue share {100 * r['host_issue_share']:.0f}%")
