@@ -69,8 +69,7 @@ bench: build
 # it. `make build PGO=0` builds it without (CMakeLists.txt, TORCH_FL_PGO).
 PGO     ?= 1
 PGO_DIR := $(abspath build/pgo)
-BUILD_ENV := TORCH_DEVICE_BACKEND_AUTOLOAD=0
-PIP_BUILD := $(BUILD_ENV) $(PIP) install --quiet --no-build-isolation --no-deps
+PIP_BUILD := TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PIP) install --quiet --no-build-isolation --no-deps
 
 build: venv
 	$(PIP_BUILD) ./reference_backend

@@ -24,11 +24,15 @@ def _tool(name: str) -> str:
     return found
 
 
-def test_cmake_picks_the_cxx_standard_of_the_running_torch(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [_tool("cmake"), "-S", str(ROOT), "-B", str(tmp_path), "-G", "Ninja",
-         f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}", f"-DPython_EXECUTABLE={sys.executable}"],
+def _configure(build_dir: Path, *defines: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [_tool("cmake"), "-S", str(ROOT), "-B", str(build_dir), "-G", "Ninja",
+         f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}", f"-DPython_EXECUTABLE={sys.executable}", *defines],
         capture_output=True, text=True, timeout=300)
+
+
+def test_cmake_picks_the_cxx_standard_of_the_running_torch(tmp_path: Path) -> None:
+    proc = _configure(tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     found = re.search(r"torch (\S+) at .*: C\+\+(\d+)", proc.stdout)
     assert found, proc.stdout
@@ -43,12 +47,6 @@ def test_the_installed_bridge_records_the_running_torch() -> None:
 
     assert TORCH_VERSION == torch.__version__, (TORCH_VERSION, torch.__version__)
 
-
-def _configure(build_dir: Path, *defines: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [_tool("cmake"), "-S", str(ROOT), "-B", str(build_dir), "-G", "Ninja",
-         f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}", f"-DPython_EXECUTABLE={sys.executable}", *defines],
-        capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize("mode", ["generate", "use"])
