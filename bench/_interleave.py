@@ -4,11 +4,17 @@ Two benchmarks run one after the other see different moments of a shared
 machine: the same pair measured minutes apart gave a GEMM ratio of 0.51x and
 0.84x. Interleaved, load that comes and goes moves both sides alike. Each
 timed call follows untimed calls of its own side for at least SETTLE_S: the
-other side's threads keep spinning for a while after its last call
-(PyTorch's OpenMP workers, flemu's pool helper for half a millisecond), and a
+other side's threads keep spinning for a while after its last call, and a
 call timed while they spin measures two thread pools fighting over the cores,
 which no program that stays on one side sees (alternating call by call, a
-256x128x512 GEMM took twice as long on both sides).
+256x128x512 GEMM took twice as long on both sides). flemu's pool helper spins
+for half a millisecond. PyTorch's OpenMP worker spins for about 9 ms of a
+core after the CPU side's last parallel region (its CPU time, read from
+/proc/self/task/*/schedstat, during flemu's encoder steps: 9.1 ms in the
+first 10 ms after a CPU step, none in the next 10), so SETTLE_S is four times
+that: with 10 ms, flemu's encoder step read 1.00-1.04x the CPU's where a
+program running only flemu's steps took 0.76-0.90x of one running only the
+CPU's.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-SETTLE_S = 0.01
+SETTLE_S = 0.04
 
 
 def _settle(fn: Callable[[], object]) -> None:
