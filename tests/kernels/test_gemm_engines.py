@@ -4,7 +4,8 @@ neither expresses (FLEMU_BLAS=0 too). Every engine must agree with the CPU on
 every operand layout that maps differently onto a library call: row-major,
 transposed, row strides wider than a row, size-1 dimensions with arbitrary
 strides, no unit stride at all (the blocked GEMM), an empty inner dimension,
-addmm's beta (0 must not read NaN in self) and alpha, strided outputs,
+addmm's beta (0 must not read NaN in self) and alpha, its self as a bias
+broadcast by rows, by columns or not at all, strided outputs,
 batched products with transposed, broadcast (zero batch stride) and scaled
 operands, and products large enough to split over the thread pool, by rows,
 by columns or by batch. oneDNN's trace (ONEDNN_VERBOSE) shows which engine
@@ -50,6 +51,17 @@ errs["addmm_beta0_nan"] = float((torch.addmm(self_nan.to("flemu"), a.to("flemu")
 bias = r(9)
 errs["addmm_beta_alpha"] = float((torch.addmm(bias.to("flemu"), a.to("flemu"), b.to("flemu"), beta=0.5, alpha=2)
                                   .cpu() - torch.addmm(bias, a, b, beta=0.5, alpha=2)).abs().max())
+# addmm with beta and alpha 1 adds self as a bias: broadcast as one row (nn.Linear's),
+# one column, one element, or a full matrix (strided too), in one call and split over the pool.
+a_big, b_big = r(300, 200), r(200, 160)
+for name, (s_, x, y) in {
+    "addmm_row_bias": (r(9), a, b), "addmm_column_bias": (r(7, 1), a, b), "addmm_scalar_bias": (r(1), a, b),
+    "addmm_full_self": (r(7, 9), a, b), "addmm_strided_self": (r(9, 7).t(), a, b),
+    "addmm_row_bias_split": (r(160), a_big, b_big), "addmm_column_bias_split": (r(300, 1), a_big, b_big),
+    "addmm_row_bias_split_by_columns": (r(900), *cases["split_by_columns"]),
+}.items():
+    errs[name] = float((torch.addmm(s_.to("flemu"), x.to("flemu"), y.to("flemu")).cpu()
+                        - torch.addmm(s_, x, y)).abs().max())
 out = torch.zeros(9, 7).to("flemu").t()  # a transposed output
 torch.mm(a.to("flemu"), b.to("flemu"), out=out)
 errs["strided_out"] = float((out.cpu() - a @ b).abs().max())
@@ -90,12 +102,17 @@ def test_the_engine_that_ran_is_the_one_asked_for(engine: tuple[str, str]) -> No
     # Every float32 case but the empty product and the broadcast batch (a
     # zero batch stride) reaches oneDNN; large ones in one call per part.
     assert len(traced) >= 13, traced
+    # addmm with beta and alpha 1 hands self to oneDNN as the matmul's bias:
+    # the eight bias cases, the three large ones in two parts each.
+    assert sum(" bia_f32:" in line for line in traced) >= 11, traced
 
 
 @pytest.mark.parametrize("case", [
     "nn", "tn", "nt", "tt", "wide_rows", "row_vector_odd_stride", "column_vector", "no_unit_stride",
     "empty_inner", "split_over_threads", "split_by_columns", "float64", "addmm_beta0_nan",
-    "addmm_beta_alpha", "strided_out", "bmm_transposed", "bmm_broadcast_batch", "bmm_split_over_threads",
+    "addmm_beta_alpha", "addmm_row_bias", "addmm_column_bias", "addmm_scalar_bias", "addmm_full_self",
+    "addmm_strided_self", "addmm_row_bias_split", "addmm_column_bias_split", "addmm_row_bias_split_by_columns",
+    "strided_out", "bmm_transposed", "bmm_broadcast_batch", "bmm_split_over_threads",
     "baddbmm_alpha",
 ])
 def test_engine_matches_the_cpu(errors: dict[str, float], case: str) -> None:

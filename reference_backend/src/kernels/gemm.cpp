@@ -253,6 +253,15 @@ void run_gemm(const GemmJob& job) {
         library_gemm(n, m, job.k, static_cast<C>(job.alpha), reinterpret_cast<const C*>(job.a.data), job.a.rs,
                      job.a.cs, reinterpret_cast<const C*>(job.b.data), job.b.rs, job.b.cs, C(0), cbuf, ldc))
       return;
+    // nn.Linear's addmm (self a bias, beta and alpha 1): oneDNN adds the bias
+    // to the finished sums, with no pass that first copies it into the output.
+    if constexpr (std::is_same_v<C, float>) {
+      const GemmBias bias{reinterpret_cast<const float*>(job.self.data), job.self.rs, job.self.cs};
+      if (direct && job.has_self && job.beta == 1.0 && job.alpha == 1.0 && job.k > 0 &&
+          dnnl_gemm(n, m, job.k, 1.0f, reinterpret_cast<const float*>(job.a.data), job.a.rs, job.a.cs,
+                    reinterpret_cast<const float*>(job.b.data), job.b.rs, job.b.cs, 0.0f, cbuf, ldc, &bias))
+        return;
+    }
   }
   // beta == 0 must not read self: NaN or Inf there does not propagate.
   const C beta = static_cast<C>(job.beta);

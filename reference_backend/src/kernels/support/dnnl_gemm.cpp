@@ -15,8 +15,8 @@ using dnnl::memory;
 
 struct Gemm {
   dnnl::matmul matmul;
-  memory::desc a, b, c, scratch;
-  bool scaled = false;
+  memory::desc a, b, c, bias, scratch;
+  bool scaled = false, biased = false;
 };
 
 // A [batch x rows x cols] operand (2-d when batch is 1): a size-1
@@ -29,10 +29,18 @@ memory::desc operand_md(int64_t batch, int64_t rows, int64_t cols, int64_t bs, i
   return memory::desc({batch, rows, cols}, memory::data_type::f32, {bs, rs, cs});
 }
 
-// One product's shape and layout: what a primitive is made for.
+// One product's shape and layout: what a primitive is made for. A bias has
+// its row and column strides; -1 for none.
 struct Problem {
-  int64_t batch, n, m, k, a_bs, a_rs, a_cs, b_bs, b_rs, b_cs, c_bs, ldc;
+  int64_t batch, n, m, k, a_bs, a_rs, a_cs, b_bs, b_rs, b_cs, c_bs, ldc, bias_rs = -1, bias_cs = -1;
+  bool biased() const { return bias_rs >= 0; }
 };
+
+// The bias as oneDNN takes it: size 1 along each broadcast (stride 0) dimension.
+memory::desc bias_md(const Problem& p) {
+  const int64_t rows = p.bias_rs == 0 ? 1 : p.n, cols = p.bias_cs == 0 ? 1 : p.m;
+  return operand_md(1, rows, cols, 0, p.bias_rs, p.bias_cs);
+}
 
 Gemm make_gemm(const Problem& p, bool scaled, float beta) {
   Gemm g;
@@ -40,6 +48,8 @@ Gemm make_gemm(const Problem& p, bool scaled, float beta) {
   g.b = operand_md(p.batch, p.k, p.m, p.b_bs, p.b_rs, p.b_cs);
   g.c = operand_md(p.batch, p.n, p.m, p.c_bs, p.ldc, 1);
   g.scaled = scaled;
+  g.biased = p.biased();
+  if (g.biased) g.bias = bias_md(p);
   dnnl::primitive_attr attr = user_scratchpad();
   if (scaled) attr.set_scales_mask(DNNL_ARG_SRC, 0);
   if (beta != 0.0f) {
@@ -47,7 +57,8 @@ Gemm make_gemm(const Problem& p, bool scaled, float beta) {
     ops.append_sum(beta);
     attr.set_post_ops(ops);
   }
-  const dnnl::matmul::primitive_desc pd(dnnl_engine(), g.a, g.b, g.c, attr);
+  const auto pd = g.biased ? dnnl::matmul::primitive_desc(dnnl_engine(), g.a, g.b, g.bias, g.c, attr)
+                           : dnnl::matmul::primitive_desc(dnnl_engine(), g.a, g.b, g.c, attr);
   g.matmul = dnnl::matmul(pd);
   g.scratch = pd.scratchpad_desc();
   return g;
@@ -57,7 +68,7 @@ std::shared_ptr<const Gemm> primitive(const Problem& p, bool scaled, float beta)
   static Cache<Gemm> cache;
   Key key('g');
   for (int64_t v : {p.batch, p.n, p.m, p.k, p.a_bs, p.a_rs, p.a_cs, p.b_bs, p.b_rs, p.b_cs, p.c_bs, p.ldc,
-                    int64_t{scaled}})
+                    p.bias_rs, p.bias_cs, int64_t{scaled}})
     key.add(v);
   key.add(static_cast<double>(beta));
   return cache.get(key.str(), [&] { return make_gemm(p, scaled, beta); });
@@ -67,9 +78,10 @@ std::shared_ptr<const Gemm> primitive(const Problem& p, bool scaled, float beta)
 
 bool dnnl_gemm_batched(int64_t batch, int64_t n, int64_t m, int64_t k, float alpha, const float* a, int64_t a_bs,
                        int64_t a_rs, int64_t a_cs, const float* b, int64_t b_bs, int64_t b_rs, int64_t b_cs,
-                       float beta, float* c, int64_t c_bs, int64_t ldc) {
+                       float beta, float* c, int64_t c_bs, int64_t ldc, const GemmBias* bias) {
   if (!kernel_settings().dnnl || batch <= 0 || n <= 0 || m <= 0 || k <= 0) return false;
   if (batch > 1 && (a_bs == 0 || b_bs == 0 || c_bs == 0)) return false;
+  if (bias && (batch > 1 || beta != 0.0f || alpha != 1.0f || bias->rs < 0 || bias->cs < 0)) return false;
   if (n == 1) ldc = std::max(ldc, m);
   if (ldc < m) return false;
   // Parts, one per thread, of the batch or else of the output's longer side
@@ -89,6 +101,10 @@ bool dnnl_gemm_batched(int64_t batch, int64_t n, int64_t m, int64_t k, float alp
   const bool scaled = alpha != 1.0f;
   auto problem = [&](int64_t len) {
     Problem p{batch, n, m, k, a_bs, a_rs, a_cs, b_bs, b_rs, b_cs, c_bs, ldc};
+    if (bias) {
+      p.bias_rs = bias->rs;
+      p.bias_cs = bias->cs;
+    }
     (axis == kBatch ? p.batch : (axis == kRows ? p.n : p.m)) = len;
     return p;
   };
@@ -108,6 +124,10 @@ bool dnnl_gemm_batched(int64_t batch, int64_t n, int64_t m, int64_t k, float alp
         {DNNL_ARG_WEIGHTS, memory(g.b, dnnl_engine(), const_cast<float*>(pb))},
         {DNNL_ARG_DST, memory(g.c, dnnl_engine(), pc)},
         {DNNL_ARG_SCRATCHPAD, scratch_memory(y, g.scratch, kScratch)}};
+    if (g.biased) {
+      const float* pbias = bias->data + (axis == kRows ? lo * bias->rs : (axis == kCols ? lo * bias->cs : 0));
+      args.emplace(DNNL_ARG_BIAS, memory(g.bias, dnnl_engine(), const_cast<float*>(pbias)));
+    }
     if (g.scaled)
       args.emplace(DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC,
                    memory(memory::desc({1}, memory::data_type::f32, memory::format_tag::a), dnnl_engine(), &alpha));
@@ -120,8 +140,9 @@ bool dnnl_gemm_batched(int64_t batch, int64_t n, int64_t m, int64_t k, float alp
 }
 
 bool dnnl_gemm(int64_t n, int64_t m, int64_t k, float alpha, const float* a, int64_t a_rs, int64_t a_cs,
-               const float* b, int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc) {
-  return dnnl_gemm_batched(1, n, m, k, alpha, a, 0, a_rs, a_cs, b, 0, b_rs, b_cs, beta, c, 0, ldc);
+               const float* b, int64_t b_rs, int64_t b_cs, float beta, float* c, int64_t ldc,
+               const GemmBias* bias) {
+  return dnnl_gemm_batched(1, n, m, k, alpha, a, 0, a_rs, a_cs, b, 0, b_rs, b_cs, beta, c, 0, ldc, bias);
 }
 
 }  // namespace flemu
