@@ -124,6 +124,43 @@ def test_cpu_fallback_writes_back_mutations_the_schema_leaves_unannotated() -> N
     assert out.split() == ["ok"], out
 
 
+def test_cpu_fallback_refuses_a_call_the_cpu_kernel_would_crash_on() -> None:
+    # PyTorch's CPU native_batch_norm_backward dereferences the statistics its
+    # mode normalizes with without checking them (the process dies on the CPU
+    # itself). Through the fallback the call raises, naming what is missing,
+    # and the process goes on; with the statistics given it still runs.
+    out = assert_ok(run_python(
+        """
+        import torch, torch_fl
+        x = torch.randn(4, 3, 5, 5); g = torch.randn_like(x); w = torch.ones(3)
+        mean, var = x.mean((0, 2, 3)), x.var((0, 2, 3), unbiased=False)
+        invstd = (var + 1e-5).rsqrt()
+        d = lambda t: None if t is None else t.to("flemu")
+        bnb = torch.ops.aten.native_batch_norm_backward
+        for train, stats, missing in ((False, (None, var, None, None), "running_mean"),
+                                      (False, (mean, None, None, None), "running_var"),
+                                      (True, (None, None, None, invstd), "save_mean"),
+                                      (True, (None, None, mean, None), "save_invstd")):
+            try:
+                bnb(d(g), d(x), d(w), *map(d, stats), train, 1e-5, [True, True, True])
+            except RuntimeError as e:
+                assert f"train={train} needs {missing}, got None" in str(e), str(e)
+                assert "crashes" in str(e), str(e)
+            else:
+                raise AssertionError(f"train={train} without {missing} ran")
+        with torch_fl.op_stats_scope() as s:
+            for train, stats in ((False, (mean, var, None, None)), (True, (None, None, mean, invstd))):
+                got = bnb(d(g), d(x), d(w), *map(d, stats), train, 1e-5, [True, True, True])
+                want = bnb(g, x, w, *stats, train, 1e-5, [True, True, True])
+                for a, b in zip(got, want):
+                    torch.testing.assert_close(a.cpu(), b)
+        assert s.table.get("aten::native_batch_norm_backward").cpu_fallback == 2, s.table
+        print("ok")
+        """, env={"TORCH_FL_DISABLE_KERNELS": "aten::native_batch_norm_backward",
+                  "TORCH_FL_FALLBACK": "silent"}))
+    assert out.split() == ["ok"], out
+
+
 def test_cpu_fallback_writes_back_annotated_mutations_of_strided_arguments() -> None:
     x = torch.arange(12.).reshape(3, 4)
     index = torch.tensor([0, 2])

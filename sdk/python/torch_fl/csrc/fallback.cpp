@@ -272,6 +272,7 @@ void cpu_fallback(const std::string& name, const c10::OperatorHandle& op, torch:
   const c10::FunctionSchema& schema = op.schema();
   const size_t nargs = schema.arguments().size();
   auto args = torch::jit::last(*stack, nargs);
+  check_cpu_kernel_arguments(name, args);
   c10::DeviceIndex device = -1;
   std::vector<Mutated> mutated;
   torch::jit::Stack cpu_stack;

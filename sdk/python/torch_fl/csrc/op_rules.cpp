@@ -32,6 +32,31 @@ const std::unordered_map<std::string, std::vector<int>>& mutation_table() {
 }
 
 // ---------------------------------------------------------------------------
+// Calls a CPU kernel crashes on
+// ---------------------------------------------------------------------------
+
+// native_batch_norm_backward(grad_out, input, weight?, running_mean?,
+// running_var?, save_mean?, save_invstd?, train, eps, output_mask) and its
+// .out overload: the statistics the mode normalizes with must be given.
+void check_batch_norm_backward(const std::string& op, c10::ArrayRef<c10::IValue> args) {
+  if (args.size() < 8 || !args[7].isBool()) {
+    return;
+  }
+  const bool train = args[7].toBool();
+  const int first = train ? 5 : 3;
+  const char* names[] = {"running_mean", "running_var", "save_mean", "save_invstd"};
+  for (int i = first; i < first + 2; ++i) {
+    TORCH_CHECK(
+        args[i].isTensor(), op, " with train=", train ? "True needs " : "False needs ", names[i - 3],
+        ", got None: ", train ? "training mode normalizes with the batch statistics native_batch_norm saved"
+                              : "eval mode normalizes with the running statistics",
+        ". PyTorch's CPU kernel, which the fallback would run, crashes without them; pass ",
+        names[first - 3], " and ", names[first - 2], " (or the other mode's pair with train=",
+        train ? "False" : "True", ")");
+  }
+}
+
+// ---------------------------------------------------------------------------
 // Host operands
 // ---------------------------------------------------------------------------
 
@@ -233,6 +258,12 @@ void through_the_chain(const c10::OperatorHandle& op, c10::DispatchKeySet ks, to
 constexpr const char* kCompositesReplacedByTheChain[] = {"native_layer_norm", "native_group_norm", "mode.values"};
 
 } // namespace
+
+void check_cpu_kernel_arguments(const std::string& op, c10::ArrayRef<c10::IValue> args) {
+  if (op == "aten::native_batch_norm_backward" || op == "aten::native_batch_norm_backward.out") {
+    check_batch_norm_backward(op, args);
+  }
+}
 
 const std::vector<int>& unannotated_mutations(const std::string& op) {
   static const std::vector<int> none;

@@ -23,6 +23,14 @@ namespace torch_fl::bridge {
 // Both the kernel path and the CPU fallback treat them as mutated.
 const std::vector<int>& unannotated_mutations(const std::string& op);
 
+// Refuses, with an error that names what is missing, a call whose CPU kernel
+// would crash the process instead of raising (PyTorch's own bugs; its meta
+// function rejects the same call): native_batch_norm_backward dereferences
+// running_mean/running_var in eval mode and save_mean/save_invstd in
+// training mode without checking that they were given. The CPU fallback
+// checks every call before it runs the CPU kernel.
+void check_cpu_kernel_arguments(const std::string& op, c10::ArrayRef<c10::IValue> args);
+
 // Arguments whose tensors may live on the CPU although the operator runs on
 // the device, because PyTorch moves them to the device itself: the index
 // tensors of advanced indexing (x[cpu_index], x[cpu_mask] = v, index_put_).
