@@ -3,6 +3,7 @@
 // of the [0, 1) conversions' ranges. Prints "N checks, F failures".
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 
 #include "../src/kernels/support/philox.h"
 
@@ -50,6 +51,21 @@ int main() {
   const flemu::Philox4x32 a = flemu::philox4x32_10(0x123456789abcdef0ull, 0x0123456789abcdefull);
   const flemu::Philox4x32 b = flemu::philox4x32_10_block(ctr, key);
   for (int i = 0; i < 4; ++i) expect(a.w[i] == b.w[i], "philox4x32_10(seed, counter) matches the block form");
+  // The lane form gives philox4x32_10's words block by block, across the
+  // counter's 32-bit boundary and for a seed with both halves set.
+  for (const uint64_t first : {uint64_t{0}, uint64_t{0xfffffff8u}, uint64_t{0x0123456789abcdefull}}) {
+    uint32_t words[4 * flemu::kPhiloxLanes];
+    flemu::philox4x32_10_lanes(0xfedcba9876543210ull, first, words);
+    bool same = true;
+    for (int l = 0; l < flemu::kPhiloxLanes; ++l) {
+      const flemu::Philox4x32 r = flemu::philox4x32_10(0xfedcba9876543210ull, first + l);
+      for (int i = 0; i < 4; ++i) same = same && words[4 * l + i] == r.w[i];
+    }
+    char what[96];
+    std::snprintf(what, sizeof(what), "philox4x32_10_lanes from counter %llx matches philox4x32_10",
+                  static_cast<unsigned long long>(first));
+    expect(same, what);
+  }
   // Conversions: extremes stay inside [0, 1).
   expect(flemu::uniform_f24(0u) == 0.0f && flemu::uniform_f24(0xffffffffu) < 1.0f, "uniform_f24 is in [0, 1)");
   expect(flemu::uniform_d53(0u, 0u) == 0.0 && flemu::uniform_d53(0xffffffffu, 0xffffffffu) < 1.0,

@@ -206,7 +206,11 @@ template <class T>
 void run_dense_dropout(const T* in, T* out, bool* mask, int64_t n, Rng rng, double p1m) {
   using C = acc_t<T>;
   const C scale = p1m == 0.0 ? C(0) : static_cast<C>(1.0 / p1m);
+  // words[k] < threshold as a 32-bit comparison (threshold is at most 2^32):
+  // words[k] <= last, and nothing kept when the threshold is 0.
   const uint64_t threshold = below_threshold_u32(p1m);
+  const bool none = threshold == 0;
+  const uint32_t last = none ? 0 : static_cast<uint32_t>(threshold - 1);
   const int64_t blocks = (n + 3) / 4;
   parallel_chunks(blocks, 2048, [&](int64_t b0, int64_t b1) {
     with_isa([&]() __attribute__((always_inline)) {
@@ -215,15 +219,20 @@ void run_dense_dropout(const T* in, T* out, bool* mask, int64_t n, Rng rng, doub
         philox4x32_10_lanes(rng.seed, rng.offset + static_cast<uint64_t>(b), words);
         const int64_t first = 4 * b;
         const int64_t count = std::min<int64_t>(4 * std::min<int64_t>(kPhiloxLanes, b1 - b), n - first);
-        const T* x = in + first;
-        T* o = out + first;
-        bool* m = mask + first;
-        for (int64_t k = 0; k < count; ++k) {
-          const bool keep = words[k] < threshold;
-          const C v = static_cast<C>(to_compute(x[k]));
-          o[k] = convert<T>(keep ? v * scale : C(0));
-          m[k] = keep;
-        }
+        auto apply = [&](auto count) __attribute__((always_inline)) {
+          const T* x = in + first;
+          T* o = out + first;
+          bool* m = mask + first;
+          for (int64_t k = 0; k < count; ++k) {
+            const bool keep = !none && words[k] <= last;
+            const C v = static_cast<C>(to_compute(x[k]));
+            o[k] = convert<T>(keep ? v * scale : C(0));
+            m[k] = keep;
+          }
+        };
+        // A whole step has a constant trip count, which the loop then vectorizes fully.
+        if (count == 4 * kPhiloxLanes) apply(std::integral_constant<int64_t, 4 * kPhiloxLanes>{});
+        else apply(count);
       }
     });
   });

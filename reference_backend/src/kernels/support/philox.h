@@ -43,45 +43,53 @@ inline Philox4x32 philox4x32_10(uint64_t seed, uint64_t counter) {
   return philox4x32_10_block(ctr, key);
 }
 
-// kPhiloxLanes consecutive blocks at once, first_counter onwards, in lane
-// arrays so the ten rounds vectorize (a 32x32->64-bit multiply per lane)
-// where one block is a chain of dependent multiplies. words[4 * l + j] is
-// word j of block first_counter + l: the order of philox4x32_10's words,
-// block after block. Always inlined, for the ISA builds of callers (isa.h).
+// kPhiloxLanes consecutive blocks at once, first_counter onwards: words[4 *
+// l + j] is word j of block first_counter + l, the order of philox4x32_10's
+// words, block after block. Each 32-bit word lives zero-extended in a 64-bit
+// lane of a GCC vector, so the 32x32->64-bit products are one vector multiply
+// per eight blocks on every build; a lane array of 32-bit words, left to the
+// auto-vectorizer, stayed one scalar multiply per block (a dropout element
+// took 4.0 ns against 0.9, AVX-512). Integer operations only: every build
+// gives philox4x32_10's words exactly. Always inlined, for the ISA builds of
+// callers (isa.h).
 constexpr int kPhiloxLanes = 16;
 
 [[gnu::always_inline]] inline void philox4x32_10_lanes(uint64_t seed, uint64_t first_counter,
                                                       uint32_t (&words)[4 * kPhiloxLanes]) {
-  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
+  typedef uint64_t Lanes __attribute__((vector_size(64)));  // eight blocks
+  constexpr int kVectors = kPhiloxLanes / 8;
+  constexpr uint64_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u, kLow = 0xFFFFFFFFu;
   constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
-  uint32_t c0[kPhiloxLanes], c1[kPhiloxLanes], c2[kPhiloxLanes], c3[kPhiloxLanes];
-  for (int l = 0; l < kPhiloxLanes; ++l) {
-    const uint64_t counter = first_counter + static_cast<uint64_t>(l);
-    c0[l] = static_cast<uint32_t>(counter);
-    c1[l] = static_cast<uint32_t>(counter >> 32);
-    c2[l] = 0;
-    c3[l] = 0;
+  const Lanes iota = {0, 1, 2, 3, 4, 5, 6, 7};
+  Lanes c0[kVectors], c1[kVectors], c2[kVectors], c3[kVectors];
+  for (int v = 0; v < kVectors; ++v) {
+    const Lanes counter = (first_counter + static_cast<uint64_t>(8 * v)) + iota;
+    c0[v] = counter & kLow;
+    c1[v] = counter >> 32;
+    c2[v] = c3[v] = Lanes{};
   }
   uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
   for (int round = 0; round < 10; ++round) {
-    for (int l = 0; l < kPhiloxLanes; ++l) {
-      const uint64_t p0 = static_cast<uint64_t>(kMul0) * c0[l];
-      const uint64_t p1 = static_cast<uint64_t>(kMul1) * c2[l];
-      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[l] ^ k0;
-      const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[l] ^ k1;
-      c1[l] = static_cast<uint32_t>(p1);
-      c3[l] = static_cast<uint32_t>(p0);
-      c0[l] = n0;
-      c2[l] = n2;
+    for (int v = 0; v < kVectors; ++v) {
+      const Lanes p0 = c0[v] * kMul0, p1 = c2[v] * kMul1;  // both factors below 2^32: exact
+      const Lanes n0 = (p1 >> 32) ^ c1[v] ^ static_cast<uint64_t>(k0);
+      const Lanes n2 = (p0 >> 32) ^ c3[v] ^ static_cast<uint64_t>(k1);
+      c1[v] = p1 & kLow;
+      c3[v] = p0 & kLow;
+      c0[v] = n0;
+      c2[v] = n2;
     }
-    k0 += kWeyl0;
+    k0 += kWeyl0;  // the key schedule: a Weyl sequence
     k1 += kWeyl1;
   }
-  for (int l = 0; l < kPhiloxLanes; ++l) {
-    words[4 * l] = c0[l];
-    words[4 * l + 1] = c1[l];
-    words[4 * l + 2] = c2[l];
-    words[4 * l + 3] = c3[l];
+  for (int v = 0; v < kVectors; ++v) {
+    for (int l = 0; l < 8; ++l) {
+      uint32_t* w = words + 4 * (8 * v + l);
+      w[0] = static_cast<uint32_t>(c0[v][l]);
+      w[1] = static_cast<uint32_t>(c1[v][l]);
+      w[2] = static_cast<uint32_t>(c2[v][l]);
+      w[3] = static_cast<uint32_t>(c3[v][l]);
+    }
   }
 }
 
