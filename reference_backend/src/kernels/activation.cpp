@@ -83,26 +83,28 @@ void launch_numeric_unary(const Launch& L, const char* op, F f) {
 
 TFL_Error* kernel_sigmoid(const TFL_Kernel_Args* args) {
   return run_kernel(args, kSigmoid, [&](Launch& L) {
-    launch_float_unary(L, "sigmoid", [](auto x) { return sigmoid_of(x); });
+    launch_float_unary(L, "sigmoid", [](auto x) { return sigmoid_of(x); }, kTranscendentalGrain);
   });
 }
 
 TFL_Error* kernel_tanh(const TFL_Kernel_Args* args) {
-  return run_kernel(args, kTanh, [&](Launch& L) { launch_float_unary(L, "tanh", [](auto x) { return tanh_of(x); }); });
+  return run_kernel(args, kTanh, [&](Launch& L) {
+    launch_float_unary(L, "tanh", [](auto x) { return tanh_of(x); }, kTranscendentalGrain);
+  });
 }
 
 TFL_Error* kernel_gelu(const TFL_Kernel_Args* args) {
   return run_kernel(args, kGelu, [&](Launch& L) {
     if (gelu_approximate(L, 1) == Approx::None)
-      launch_float_unary(L, "gelu", [](auto x) { return gelu_of<Approx::None>(x); });
+      launch_float_unary(L, "gelu", [](auto x) { return gelu_of<Approx::None>(x); }, kTranscendentalGrain);
     else
-      launch_float_unary(L, "gelu", [](auto x) { return gelu_of<Approx::Tanh>(x); });
+      launch_float_unary(L, "gelu", [](auto x) { return gelu_of<Approx::Tanh>(x); }, kTranscendentalGrain);
   });
 }
 
 TFL_Error* kernel_silu(const TFL_Kernel_Args* args) {
   return run_kernel(args, kSilu, [&](Launch& L) {
-    launch_float_unary(L, "silu", [](auto x) { return x * sigmoid_of(x); });
+    launch_float_unary(L, "silu", [](auto x) { return x * sigmoid_of(x); }, kTranscendentalGrain);
   });
 }
 
@@ -165,7 +167,8 @@ TFL_Error* kernel_gelu_backward(const TFL_Kernel_Args* args) {
     const auto launch = [&](auto form) {
       constexpr Approx approx = decltype(form)::value;
       if (scale == 1.0) {
-        launch_float_binary(L, "gelu_backward", [](auto g, auto x) { return gelu_grad<approx>(g, x); });
+        launch_float_binary(
+            L, "gelu_backward", [](auto g, auto x) { return gelu_grad<approx>(g, x); }, kTranscendentalGrain);
         return;
       }
       launch_float_binary(L, "gelu_backward", [scale](auto g, auto x) {

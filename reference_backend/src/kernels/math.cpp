@@ -98,7 +98,7 @@ TFL_Error* kernel_exp(const TFL_Kernel_Args* a) {
       });
       return;
     }
-    launch_float_unary(L, "exp", [](auto x) { return exp_of(x); });
+    launch_float_unary(L, "exp", [](auto x) { return exp_of(x); }, kTranscendentalGrain);
   });
 }
 TFL_Error* kernel_log(const TFL_Kernel_Args* a) {

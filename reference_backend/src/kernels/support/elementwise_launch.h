@@ -38,9 +38,10 @@ inline void require_same_dtype(const char* op, const TensorArg& out, std::initia
 
 // out = f(self) for floating dtypes; f takes and returns the compute type
 // (generic over float and double: FLEMU_FAULT=fp64_computed_in_fp32 calls
-// it with float for float64 tensors).
+// it with float for float64 tensors). `grain`: run_loop's (loop.h), smaller
+// for an f that costs more per element.
 template <class F>
-void launch_float_unary(const Launch& L, const char* op, F f) {
+void launch_float_unary(const Launch& L, const char* op, F f, int64_t grain = kParallelGrain) {
   const TensorArg self = L.input_tensor(0, "self"), out = L.output(0, "out");
   require_same_dtype(op, out, {&self});
   const LoopPlan plan = plan_over({&out, &self});
@@ -49,17 +50,19 @@ void launch_float_unary(const Launch& L, const char* op, F f) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, double>) {
       if (L.faulty(Fault::kFp64ComputedInFp32)) {
-        L.enqueue([plan, f] { map_loop<double, double>(plan, [f](double x) { return double{f(float(x))}; }); });
+        L.enqueue([plan, f, grain] {
+          map_loop<double, double>(plan, [f](double x) { return double{f(float(x))}; }, grain);
+        });
         return;
       }
     }
-    L.enqueue([plan, f] { map_loop<T, T>(plan, f); });
+    L.enqueue([plan, f, grain] { map_loop<T, T>(plan, f, grain); });
   });
 }
 
 // out = f(a, b) for floating dtypes, a and b the first two tensor inputs.
 template <class F>
-void launch_float_binary(const Launch& L, const char* op, F f) {
+void launch_float_binary(const Launch& L, const char* op, F f, int64_t grain = kParallelGrain) {
   const TensorArg a = L.input_tensor(0, "input 0"), b = L.input_tensor(1, "input 1"), out = L.output(0, "out");
   require_same_dtype(op, out, {&a, &b});
   const LoopPlan plan = plan_over({&out, &a, &b});
@@ -68,13 +71,14 @@ void launch_float_binary(const Launch& L, const char* op, F f) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, double>) {
       if (L.faulty(Fault::kFp64ComputedInFp32)) {
-        L.enqueue([plan, f] {
-          map_loop<double, double, double>(plan, [f](double a, double b) { return double{f(float(a), float(b))}; });
+        L.enqueue([plan, f, grain] {
+          map_loop<double, double, double>(
+              plan, [f](double a, double b) { return double{f(float(a), float(b))}; }, grain);
         });
         return;
       }
     }
-    L.enqueue([plan, f] { map_loop<T, T, T>(plan, f); });
+    L.enqueue([plan, f, grain] { map_loop<T, T, T>(plan, f, grain); });
   });
 }
 

@@ -109,17 +109,22 @@ void for_each_run(const LoopPlan& p, int64_t begin, int64_t end, F&& f) {
 
 // Elements below which a loop is not worth splitting across threads.
 constexpr int64_t kParallelGrain = int64_t{1} << 16;
+// The same for loops that evaluate exp, erf or tanh per element (about 1 ns
+// an element on one AVX-512 core against 0.05 for an add): 32K elements of
+// gelu took 31 us on one thread, 15 on PyTorch's two.
+constexpr int64_t kTranscendentalGrain = int64_t{1} << 12;
 
-// Runs the whole loop, splitting it across the thread pool when large.
+// Runs the whole loop, splitting it across the thread pool in chunks of at
+// least `grain` elements.
 template <class F>
-void run_loop(const LoopPlan& p, F&& f) {
+void run_loop(const LoopPlan& p, F&& f, int64_t grain = kParallelGrain) {
   if (p.numel == 0) return;
-  if (p.numel < 2 * kParallelGrain) {
+  if (p.numel < 2 * grain) {
     for_each_run(p, 0, p.numel, f);
     return;
   }
   ThreadPool& pool = ThreadPool::instance();
-  const int64_t chunks = std::min<int64_t>(p.numel / kParallelGrain, 4 * pool.parallelism());
+  const int64_t chunks = std::min<int64_t>(p.numel / grain, 4 * pool.parallelism());
   const int64_t per = (p.numel + chunks - 1) / chunks;
   pool.parallel_for(chunks, [&](int64_t c) { for_each_run(p, c * per, std::min(p.numel, (c + 1) * per), f); });
 }

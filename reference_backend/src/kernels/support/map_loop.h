@@ -41,13 +41,17 @@ template <class Out, class... In, class F, size_t... K>
 }  // namespace map_loop_detail
 
 // Operand 0 of `plan` has type Out, operand k+1 type In_k. `f` takes
-// compute_t<In_k> values and returns anything convert<Out> accepts.
+// compute_t<In_k> values and returns anything convert<Out> accepts. `grain`:
+// run_loop's.
 template <class Out, class... In, class F>
-void map_loop(const LoopPlan& plan, F f) {
+void map_loop(const LoopPlan& plan, F f, int64_t grain = kParallelGrain) {
   static_assert(sizeof...(In) + 1 <= kMaxOperands, "too many operands for a LoopPlan");
-  run_loop(plan, [&](char* const* ptr, const int64_t* st, int64_t n) __attribute__((always_inline)) {
-    map_loop_detail::run<Out, In...>(ptr, st, n, f, std::index_sequence_for<In...>{});
-  });
+  run_loop(
+      plan,
+      [&](char* const* ptr, const int64_t* st, int64_t n) __attribute__((always_inline)) {
+        map_loop_detail::run<Out, In...>(ptr, st, n, f, std::index_sequence_for<In...>{});
+      },
+      grain);
 }
 
 // A LoopPlan over up to kMaxOperands tensors; the first is the output.
