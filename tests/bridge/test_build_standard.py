@@ -48,7 +48,6 @@ def test_the_installed_bridge_records_the_running_torch() -> None:
     assert TORCH_VERSION == torch.__version__, (TORCH_VERSION, torch.__version__)
 
 
-
 @pytest.mark.parametrize("mode", ["generate", "use"])
 def test_cmake_sets_the_profile_guided_flags(tmp_path: Path, mode: str) -> None:
     """`make build`'s two profile-guided builds: both name profile files after

@@ -43,16 +43,17 @@ void check_batch_norm_backward(const std::string& op, c10::ArrayRef<c10::IValue>
     return;
   }
   const bool train = args[7].toBool();
+  // The pair the mode normalizes with: the saved batch statistics (arguments
+  // 5 and 6) in training, the running ones (3 and 4) in eval mode.
   const int first = train ? 5 : 3;
-  const char* names[] = {"running_mean", "running_var", "save_mean", "save_invstd"};
-  for (int i = first; i < first + 2; ++i) {
+  const char* const names[2] = {train ? "save_mean" : "running_mean", train ? "save_invstd" : "running_var"};
+  for (int k = 0; k < 2; ++k) {
     TORCH_CHECK(
-        args[i].isTensor(), op, " with train=", train ? "True needs " : "False needs ", names[i - 3],
+        args[first + k].isTensor(), op, " with train=", train ? "True" : "False", " needs ", names[k],
         ", got None: ", train ? "training mode normalizes with the batch statistics native_batch_norm saved"
                               : "eval mode normalizes with the running statistics",
-        ". PyTorch's CPU kernel, which the fallback would run, crashes without them; pass ",
-        names[first - 3], " and ", names[first - 2], " (or the other mode's pair with train=",
-        train ? "False" : "True", ")");
+        ". PyTorch's CPU kernel, which the fallback would run, crashes without them; pass ", names[0],
+        " and ", names[1], " (or the other mode's pair with train=", train ? "False" : "True", ")");
   }
 }
 
