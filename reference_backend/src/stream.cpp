@@ -12,6 +12,7 @@
 #endif
 
 #include "errors.h"
+#include "thread_pool.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -277,7 +278,8 @@ void Stream::run_task(Task& task, uint64_t seq) {
 
 void Stream::wait(uint64_t seq) {
   auto done = [&] { return completed_.load(std::memory_order_seq_cst) >= seq; };
-  if (spin_until(done, kWaiterSpinNs)) return;
+  ThreadPool* pool = ThreadPool::started();
+  if (pool != nullptr ? pool->lend_until(done, kWaiterSpinNs) : spin_until(done, kWaiterSpinNs)) return;
   std::unique_lock<std::mutex> lock(done_mu_);
   while (!done()) {
     // Register before the re-check so the worker either sees us or we see it.

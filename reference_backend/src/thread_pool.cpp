@@ -1,5 +1,7 @@
 #include "thread_pool.h"
 
+#include <omp.h>
+
 #include "stream.h"  // spin_until, cpu_relax
 
 namespace flemu {
@@ -44,8 +46,10 @@ void ThreadPool::abandon_after_fork() {
   (void)g_instance.release();  // leaked on purpose: destroying it would join threads that do not exist here
 }
 
-ThreadPool::ThreadPool(int helpers) {
-  for (int i = 0; i < helpers; ++i) threads_.emplace_back([this] { helper_loop(); });
+ThreadPool* ThreadPool::started() { return g_instance_ptr.load(std::memory_order_acquire); }
+
+ThreadPool::ThreadPool(int helpers) : helpers_(helpers) {
+  for (int i = 0; i < helpers; ++i) threads_.emplace_back([this, i] { helper_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -77,19 +81,21 @@ void ThreadPool::work_on(Job& job) {
   }
 }
 
-void ThreadPool::helper_loop() {
+void ThreadPool::helper_loop(int index) {
   name_this_thread("flemu-pool");
   uint64_t seen = 0;
   for (;;) {
     spin_until(
-        [&] { return generation_.load(std::memory_order_acquire) != seen || stop_flag_.load(); },
+        [&] {
+          return generation_.load(std::memory_order_acquire) != seen || stop_flag_.load() || parked(index);
+        },
         kHelperSpinNs);
     std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      if (generation_.load() == seen && !stop_) {
+      if ((generation_.load() == seen || parked(index)) && !stop_) {
         ++sleepers_;
-        cv_.wait(lock, [&] { return generation_.load() != seen || stop_; });
+        cv_.wait(lock, [&] { return (generation_.load() != seen && !parked(index)) || stop_; });
         --sleepers_;
       }
       if (stop_) return;
@@ -107,6 +113,10 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn)
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
+  const uint64_t waits = waits_.load(std::memory_order_acquire);
+  waited_streak_.store(waits != waits_seen_ ? waited_streak_.load(std::memory_order_relaxed) + 1 : 0,
+                       std::memory_order_release);
+  waits_seen_ = waits;
   auto job = std::make_shared<Job>();
   job->fn = &fn;
   job->n = n;
@@ -115,7 +125,8 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn)
     std::lock_guard<std::mutex> lock(mu_);
     current_ = job;
     generation_.fetch_add(1, std::memory_order_release);
-    wake = sleepers_ > 0;
+    // A parked helper sleeps too; waking it would only cost a switch.
+    wake = sleepers_ > (parked(helpers_ - 1) ? 1 : 0);
   }
   if (wake) cv_.notify_all();
   work_on(*job);
@@ -131,6 +142,35 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn)
     current_.reset();
   }
   if (job->error) std::rethrow_exception(job->error);
+}
+
+bool ThreadPool::lend_until(const std::function<bool()>& ready, int64_t spin_ns) {
+  waits_.fetch_add(1, std::memory_order_acq_rel);
+  // Kernels set OpenMP's thread count of the thread they run on to one
+  // (dnnl_support.h); this thread is the host's, whose count PyTorch reads.
+  const int omp_threads = omp_get_max_threads();
+  uint64_t seen = 0;
+  std::shared_ptr<Job> job;
+  auto ready_or_job = [&] {
+    if (ready()) return true;
+    const uint64_t generation = generation_.load(std::memory_order_acquire);
+    if (generation == seen) return false;
+    seen = generation;
+    std::lock_guard<std::mutex> lock(mu_);
+    job = current_;
+    return job != nullptr;
+  };
+  bool is_ready = false;
+  while (spin_until(ready_or_job, spin_ns)) {
+    if (!job) {
+      is_ready = true;
+      break;
+    }
+    work_on(*job);
+    job.reset();
+  }
+  if (omp_get_max_threads() != omp_threads) omp_set_num_threads(omp_threads);
+  return is_ready;
 }
 
 }  // namespace flemu

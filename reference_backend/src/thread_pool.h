@@ -32,13 +32,25 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   // Threads that take part in parallel_for, the caller included.
-  int parallelism() const { return static_cast<int>(threads_.size()) + 1; }
+  int parallelism() const { return helpers_ + 1; }
 
   // Runs fn(i) for every i in [0, n), in any order, on the pool and the
   // calling thread; returns when all are done and rethrows the first
   // exception. When another parallel_for is already running (two streams
   // at once, or a nested call) it runs serially on the caller instead.
   void parallel_for(int64_t n, const std::function<void(int64_t)>& fn);
+
+  // Waits, polling for at most spin_ns after the last piece of work, until
+  // ready() or the poll ends; true when ready. Meanwhile the calling thread
+  // (the host's, waiting for a stream) takes indices of the jobs that start.
+  // Once kWaitedStreak jobs in a row each followed a wait (a host that
+  // synchronizes after every launch) one helper sleeps and the waiting
+  // thread takes its place: a third thread polling beside the two that
+  // compute makes the cores' owners take turns. Two jobs with no wait
+  // between them (a training step's) end the streak.
+  bool lend_until(const std::function<bool()>& ready, int64_t spin_ns);
+  // The pool if it has been started, else null.
+  static ThreadPool* started();
 
  private:
   struct Job {
@@ -54,7 +66,12 @@ class ThreadPool {
     std::condition_variable join_cv;
   };
   static void work_on(Job& job);
-  void helper_loop();
+  void helper_loop(int index);
+  static constexpr int kWaitedStreak = 2;
+  // Whether helper `index` gives its place to a waiting thread.
+  bool parked(int index) const {
+    return index == helpers_ - 1 && waited_streak_.load(std::memory_order_acquire) >= kWaitedStreak;
+  }
 
   std::mutex run_mu_;  // one job at a time
   std::mutex mu_;
@@ -62,6 +79,10 @@ class ThreadPool {
   std::shared_ptr<Job> current_;
   std::atomic<uint64_t> generation_{0};
   int sleepers_ = 0;
+  const int helpers_;
+  std::atomic<uint64_t> waits_{0};     // lend_until calls so far
+  std::atomic<int> waited_streak_{0};  // jobs in a row that each followed a wait
+  uint64_t waits_seen_ = 0;            // waits_ when the last job started (under run_mu_)
   bool stop_ = false;
   std::atomic<bool> stop_flag_{false};
   std::vector<std::thread> threads_;

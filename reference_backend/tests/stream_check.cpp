@@ -5,19 +5,27 @@
 // destruction drains; a task's captures are released before it counts as
 // done; a failing task becomes the pending error; two threads enqueueing at
 // once are serialized and, when asked, reported as a host contract
-// violation. Prints "N checks, F failures". A watchdog aborts a run that
-// hangs (a lost wake-up).
+// violation; a thread waiting for a stream works on the pool's job in
+// progress, in a helper's place when it waits after every job, and keeps
+// its own OpenMP thread count. Prints "N checks, F failures". A watchdog
+// aborts a run that hangs (a lost wake-up).
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <omp.h>
+
 #include "../src/stream.cpp"
+#include "../src/thread_pool.cpp"
 
 namespace {
 
@@ -215,6 +223,89 @@ void concurrent_producers(bool check) {
     expect(msg.empty(), "without contract checking nothing is reported: '" + msg + "'");
 }
 
+// A task splits over the pool; the thread waiting for it (the host, in a
+// synchronize) takes indices of that job too, every index runs once, and the
+// OpenMP thread count a part sets for itself (as the oneDNN kernels do) is
+// the waiting thread's own again afterwards.
+void waiting_thread_lends_its_core() {
+  flemu::ThreadPool& pool = flemu::ThreadPool::instance();
+  flemu::Stream s(0, 10, 0, 0);
+  const std::thread::id waiter = std::this_thread::get_id();
+  omp_set_num_threads(3);
+  constexpr int64_t kParts = 64;
+  std::unique_ptr<std::atomic<int>[]> runs(new std::atomic<int>[kParts]);
+  for (int64_t i = 0; i < kParts; ++i) runs[i].store(0);
+  std::atomic<int> on_waiter{0};
+  std::atomic<bool> started{false};
+  s.submit("split", [&] {
+    pool.parallel_for(kParts, [&](int64_t i) {
+      started.store(true);
+      runs[i].fetch_add(1);
+      if (std::this_thread::get_id() == waiter) on_waiter.fetch_add(1);
+      omp_set_num_threads(1);
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+    });
+  });
+  // The waiter polls for 20 us before it sleeps: it comes once the job runs.
+  while (!started.load()) std::this_thread::yield();
+  s.wait_idle();
+  bool once = true;
+  for (int64_t i = 0; i < kParts; ++i) once = once && runs[i].load() == 1;
+  expect(once, "each of 64 parts ran once with the waiting thread taking part");
+  if (pool.parallelism() > 1)
+    expect(on_waiter.load() > 0, "the thread waiting in wait_idle ran parts of the stream's job (" +
+                                     std::to_string(on_waiter.load()) + " of 64)");
+  expect(omp_get_max_threads() == 3, "the waiting thread's OpenMP thread count is its own again: " +
+                                         std::to_string(omp_get_max_threads()));
+}
+
+// `jobs` jobs of eight sleeping parts each on stream s, then one wait: with
+// `join` it starts while the first job runs, else once the last has ended.
+// Returns, for each job, the threads that ran its parts.
+std::vector<std::set<std::thread::id>> split_jobs(flemu::Stream& s, bool join, int jobs) {
+  std::mutex mu;
+  std::vector<std::set<std::thread::id>> ran(jobs);
+  std::atomic<bool> started{false}, ended{false};
+  for (int j = 0; j < jobs; ++j) {
+    s.submit("split", [&, j] {
+      flemu::ThreadPool::instance().parallel_for(8, [&](int64_t) {
+        started.store(true);
+        {
+          std::lock_guard<std::mutex> g(mu);
+          ran[j].insert(std::this_thread::get_id());
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(300));
+      });
+      if (j == jobs - 1) ended.store(true);
+    });
+  }
+  while (!(join ? started : ended).load()) std::this_thread::yield();
+  s.wait_idle();
+  return ran;
+}
+
+// A host that waits after every job takes one helper's place from the
+// third job on (the pool's threads stay one per core); two jobs with no
+// wait between them (a forward and a backward pass) give the helper back.
+void waiting_thread_takes_a_helpers_place() {
+  const int threads = flemu::ThreadPool::instance().parallelism();
+  if (threads < 2) return;  // no helper to stand in for
+  flemu::Stream s(0, 11, 0, 0);
+  const auto reset = split_jobs(s, false, 3);
+  expect(reset[2].size() >= 2, "the third of three jobs between two waits has the helper: " +
+                                   std::to_string(reset[2].size()) + " threads ran parts");
+  split_jobs(s, true, 1);
+  split_jobs(s, true, 1);
+  const auto third = split_jobs(s, true, 1);
+  expect(third[0].count(std::this_thread::get_id()) == 1 && static_cast<int>(third[0].size()) <= threads,
+         "after two jobs that each followed a wait the waiting thread runs parts in a helper's place: " +
+             std::to_string(third[0].size()) + " threads ran parts, " + std::to_string(threads) + " cores");
+  const auto pass = split_jobs(s, false, 3);
+  expect(pass[1].size() >= 2 && pass[2].size() >= 2,
+         "the second job with no wait before it has the helper back: " + std::to_string(pass[1].size()) +
+             " and " + std::to_string(pass[2].size()) + " threads ran the second and third");
+}
+
 }  // namespace
 
 int main() {
@@ -234,6 +325,8 @@ int main() {
   throwing_closure_loses_nothing();
   concurrent_producers(false);
   concurrent_producers(true);
+  waiting_thread_lends_its_core();
+  waiting_thread_takes_a_helpers_place();
   std::printf("%d checks, %d failures\n", checks, failures);
   return failures == 0 ? 0 : 1;
 }

@@ -94,3 +94,20 @@ def test_shape_mismatch_is_an_error() -> None:
     y = torch.ones(2, 5, 6, device="flemu")
     with pytest.raises(RuntimeError, match="size|shape|match"):
         torch.bmm(x, y)
+
+
+def test_synchronizing_keeps_the_cpu_thread_count() -> None:
+    """The host thread waiting in synchronize runs parts of flemu's split
+    products, whose oneDNN calls set their thread's OpenMP count to one;
+    PyTorch reads its CPU thread count from OpenMP on that same thread."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        x = make((16, 64, 32), torch.float32, seed=14).to("flemu")
+        y = make((16, 32, 64), torch.float32, seed=15).to("flemu")
+        for _ in range(200):
+            torch.bmm(x, y)
+            torch.flemu.synchronize()
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
