@@ -95,7 +95,9 @@ void ThreadPool::helper_loop(int index) {
       std::unique_lock<std::mutex> lock(mu_);
       if ((generation_.load() == seen || parked(index)) && !stop_) {
         ++sleepers_;
+        if (index == helpers_ - 1) last_helper_sleeps_ = true;
         cv_.wait(lock, [&] { return (generation_.load() != seen && !parked(index)) || stop_; });
+        last_helper_sleeps_ = false;
         --sleepers_;
       }
       if (stop_) return;
@@ -126,7 +128,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn)
     current_ = job;
     generation_.fetch_add(1, std::memory_order_release);
     // A parked helper sleeps too; waking it would only cost a switch.
-    wake = sleepers_ > (parked(helpers_ - 1) ? 1 : 0);
+    wake = sleepers_ > (last_helper_sleeps_ && parked(helpers_ - 1) ? 1 : 0);
   }
   if (wake) cv_.notify_all();
   work_on(*job);

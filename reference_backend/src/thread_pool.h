@@ -79,6 +79,7 @@ class ThreadPool {
   std::shared_ptr<Job> current_;
   std::atomic<uint64_t> generation_{0};
   int sleepers_ = 0;
+  bool last_helper_sleeps_ = false;  // the one that parks (under mu_)
   const int helpers_;
   std::atomic<uint64_t> waits_{0};     // lend_until calls so far
   std::atomic<int> waited_streak_{0};  // jobs in a row that each followed a wait
