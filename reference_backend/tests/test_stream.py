@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 
-@pytest.mark.parametrize("flags", [("-O2", "-fopenmp"), ("-O1", "-g", "-fsanitize=thread", "-fopenmp")], ids=["O2", "tsan"])
+@pytest.mark.parametrize("flags", [("-O2", "-fopenmp"), ("-O1", "-g", "-fsanitize=thread", "-fopenmp")],
+                         ids=["O2", "tsan"])
 def test_stream_queue(build_program: Callable[..., Path], flags: tuple[str, ...]) -> None:
     binary = build_program("stream_check", flags)
     proc = subprocess.run([str(binary)], capture_output=True, text=True, timeout=240)
