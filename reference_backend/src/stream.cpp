@@ -27,6 +27,15 @@ constexpr int64_t kWorkerSpinNs = 50'000;
 // How long a waiting thread polls before it sleeps.
 constexpr int64_t kWaiterSpinNs = 20'000;
 
+// A host thread's poll before it sleeps: it runs parts of the pool's job in
+// progress meanwhile (ThreadPool::lend_until). A stream worker waiting for
+// another stream's event only polls: it is no host giving its core to the
+// device, and its waits must not count in the pool's streak of waited jobs.
+bool host_poll(const std::function<bool()>& done) {
+  ThreadPool* pool = ThreadPool::started();
+  return pool != nullptr ? pool->lend_until(done, kWaiterSpinNs) : spin_until(done, kWaiterSpinNs);
+}
+
 // The producer publishes a task and then reads whether the worker sleeps; the
 // worker announces its sleep and then reads what was published. Either side
 // needs a full fence between its write and its read, or both can miss the
@@ -278,8 +287,7 @@ void Stream::run_task(Task& task, uint64_t seq) {
 
 void Stream::wait(uint64_t seq) {
   auto done = [&] { return completed_.load(std::memory_order_seq_cst) >= seq; };
-  ThreadPool* pool = ThreadPool::started();
-  if (pool != nullptr ? pool->lend_until(done, kWaiterSpinNs) : spin_until(done, kWaiterSpinNs)) return;
+  if (host_poll(done)) return;
   std::unique_lock<std::mutex> lock(done_mu_);
   while (!done()) {
     // Register before the re-check so the worker either sees us or we see it.
@@ -342,9 +350,9 @@ bool Event::query() const {
   return completed_gen_.load(std::memory_order_acquire) >= recorded_gen_.load(std::memory_order_acquire);
 }
 
-void Event::wait_generation(uint64_t generation) {
+void Event::wait_generation(uint64_t generation, bool host) {
   auto done = [&] { return completed_gen_.load(std::memory_order_seq_cst) >= generation; };
-  if (spin_until(done, kWaiterSpinNs)) return;
+  if (host ? host_poll(done) : spin_until(done, kWaiterSpinNs)) return;
   std::unique_lock<std::mutex> lock(mu_);
   waiters_.fetch_add(1, std::memory_order_seq_cst);
   cv_.wait(lock, done);
@@ -361,7 +369,7 @@ TFL_Error* Event::synchronize() {
     stream = stream_.lock();
   }
   if (generation == 0) return nullptr;
-  wait_generation(generation);
+  wait_generation(generation, /*host=*/true);
   return stream ? stream->take_error(marker_seq) : nullptr;
 }
 
@@ -369,7 +377,7 @@ void Event::enqueue_wait(Stream& stream) {
   const uint64_t generation = recorded_gen_.load(std::memory_order_acquire);
   if (completed_gen_.load(std::memory_order_acquire) >= generation) return;  // nothing to wait for
   stream.submit("Stream_WaitEvent",
-                [self = shared_from_this(), generation] { self->wait_generation(generation); });
+                [self = shared_from_this(), generation] { self->wait_generation(generation, /*host=*/false); });
 }
 
 }  // namespace flemu

@@ -211,7 +211,9 @@ class Event : public std::enable_shared_from_this<Event> {
   static constexpr uint64_t kMagic = 0x464c454d55455654ull;  // "FLEMUEVT"
 
   void complete(uint64_t generation);
-  void wait_generation(uint64_t generation);
+  // Blocks until `generation` has completed; a host thread (synchronize)
+  // lends its core to the pool meanwhile, a stream worker only polls.
+  void wait_generation(uint64_t generation, bool host);
 
   uint64_t magic_ = kMagic;
   const int32_t device_;

@@ -224,12 +224,13 @@ void concurrent_producers(bool check) {
 }
 
 // A task splits over the pool; the thread waiting for it (the host, in a
-// synchronize) takes indices of that job too, every index runs once, and the
-// OpenMP thread count a part sets for itself (as the oneDNN kernels do) is
-// the waiting thread's own again afterwards.
-void waiting_thread_lends_its_core() {
+// stream's synchronize, or in an event's recorded after it) takes indices of
+// that job too, every index runs once, and the OpenMP thread count a part
+// sets for itself (as the oneDNN kernels do) is the waiting thread's own
+// again afterwards.
+void waiting_thread_lends_its_core(bool by_event) {
   flemu::ThreadPool& pool = flemu::ThreadPool::instance();
-  flemu::Stream s(0, 10, 0, 0);
+  auto s = std::make_shared<flemu::Stream>(0, by_event ? 12 : 10, 0, 0);
   const std::thread::id waiter = std::this_thread::get_id();
   omp_set_num_threads(3);
   constexpr int64_t kParts = 64;
@@ -237,7 +238,7 @@ void waiting_thread_lends_its_core() {
   for (int64_t i = 0; i < kParts; ++i) runs[i].store(0);
   std::atomic<int> on_waiter{0};
   std::atomic<bool> started{false};
-  s.submit("split", [&] {
+  s->submit("split", [&] {
     pool.parallel_for(kParts, [&](int64_t i) {
       started.store(true);
       runs[i].fetch_add(1);
@@ -246,17 +247,25 @@ void waiting_thread_lends_its_core() {
       std::this_thread::sleep_for(std::chrono::microseconds(300));
     });
   });
+  auto event = std::make_shared<flemu::Event>(0, 0);
+  if (by_event) event->record(s);
   // The waiter polls for 20 us before it sleeps: it comes once the job runs.
   while (!started.load()) std::this_thread::yield();
-  s.wait_idle();
+  const std::string how = by_event ? "an event's synchronize" : "wait_idle";
+  if (by_event) {
+    expect(event->synchronize() == nullptr, "the event's synchronize reports no error");
+    expect(event->query(), "the event has completed once its synchronize returned");
+  } else {
+    s->wait_idle();
+  }
   bool once = true;
   for (int64_t i = 0; i < kParts; ++i) once = once && runs[i].load() == 1;
-  expect(once, "each of 64 parts ran once with the waiting thread taking part");
+  expect(once, "each of 64 parts ran once with the thread waiting in " + how + " taking part");
   if (pool.parallelism() > 1)
-    expect(on_waiter.load() > 0, "the thread waiting in wait_idle ran parts of the stream's job (" +
+    expect(on_waiter.load() > 0, "the thread waiting in " + how + " ran parts of the stream's job (" +
                                      std::to_string(on_waiter.load()) + " of 64)");
-  expect(omp_get_max_threads() == 3, "the waiting thread's OpenMP thread count is its own again: " +
-                                         std::to_string(omp_get_max_threads()));
+  expect(omp_get_max_threads() == 3, "the OpenMP thread count of the thread waiting in " + how +
+                                         " is its own again: " + std::to_string(omp_get_max_threads()));
 }
 
 // `jobs` jobs of eight sleeping parts each on stream s, then one wait: with
@@ -325,7 +334,8 @@ int main() {
   throwing_closure_loses_nothing();
   concurrent_producers(false);
   concurrent_producers(true);
-  waiting_thread_lends_its_core();
+  waiting_thread_lends_its_core(false);
+  waiting_thread_lends_its_core(true);
   waiting_thread_takes_a_helpers_place();
   std::printf("%d checks, %d failures\n", checks, failures);
   return failures == 0 ? 0 : 1;

@@ -96,18 +96,28 @@ def test_shape_mismatch_is_an_error() -> None:
         torch.bmm(x, y)
 
 
-def test_synchronizing_keeps_the_cpu_thread_count() -> None:
-    """The host thread waiting in synchronize runs parts of flemu's split
-    products, whose oneDNN calls set their thread's OpenMP count to one;
-    PyTorch reads its CPU thread count from OpenMP on that same thread."""
+@pytest.mark.parametrize("wait", ["device", "event"])
+def test_synchronizing_keeps_the_cpu_thread_count(wait: str) -> None:
+    """The host thread waiting in synchronize (the device's, or an event's)
+    runs parts of flemu's split products, whose oneDNN calls set their
+    thread's OpenMP count to one; PyTorch reads its CPU thread count from
+    OpenMP on that same thread."""
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         x = make((16, 64, 32), torch.float32, seed=14).to("flemu")
         y = make((16, 32, 64), torch.float32, seed=15).to("flemu")
+        event = torch.flemu.Event()
+        expected = torch.bmm(x.cpu(), y.cpu())
         for _ in range(200):
-            torch.bmm(x, y)
-            torch.flemu.synchronize()
+            out = torch.bmm(x, y)
+            if wait == "event":
+                event.record()
+                event.synchronize()
+                assert event.query()
+            else:
+                torch.flemu.synchronize()
         assert torch.get_num_threads() == 2
+        torch.testing.assert_close(out.cpu(), expected)
     finally:
         torch.set_num_threads(before)
