@@ -36,6 +36,10 @@ bool host_poll(const std::function<bool()>& done) {
   return pool != nullptr ? pool->lend_until(done, kWaiterSpinNs) : spin_until(done, kWaiterSpinNs);
 }
 
+void host_wait_ended() {
+  if (ThreadPool* pool = ThreadPool::started()) pool->wait_ended();
+}
+
 // The producer publishes a task and then reads whether the worker sleeps; the
 // worker announces its sleep and then reads what was published. Either side
 // needs a full fence between its write and its read, or both can miss the
@@ -287,14 +291,16 @@ void Stream::run_task(Task& task, uint64_t seq) {
 
 void Stream::wait(uint64_t seq) {
   auto done = [&] { return completed_.load(std::memory_order_seq_cst) >= seq; };
-  if (host_poll(done)) return;
-  std::unique_lock<std::mutex> lock(done_mu_);
-  while (!done()) {
-    // Register before the re-check so the worker either sees us or we see it.
-    if (seq < wake_at_.load(std::memory_order_seq_cst)) wake_at_.store(seq, std::memory_order_seq_cst);
-    if (done()) break;
-    done_cv_.wait(lock);
+  if (!host_poll(done)) {
+    std::unique_lock<std::mutex> lock(done_mu_);
+    while (!done()) {
+      // Register before the re-check so the worker either sees us or we see it.
+      if (seq < wake_at_.load(std::memory_order_seq_cst)) wake_at_.store(seq, std::memory_order_seq_cst);
+      if (done()) break;
+      done_cv_.wait(lock);
+    }
   }
+  host_wait_ended();
 }
 
 void Stream::set_error(uint64_t seq, int32_t code, std::string message) {
@@ -352,11 +358,13 @@ bool Event::query() const {
 
 void Event::wait_generation(uint64_t generation, bool host) {
   auto done = [&] { return completed_gen_.load(std::memory_order_seq_cst) >= generation; };
-  if (host ? host_poll(done) : spin_until(done, kWaiterSpinNs)) return;
-  std::unique_lock<std::mutex> lock(mu_);
-  waiters_.fetch_add(1, std::memory_order_seq_cst);
-  cv_.wait(lock, done);
-  waiters_.fetch_sub(1, std::memory_order_seq_cst);
+  if (!(host ? host_poll(done) : spin_until(done, kWaiterSpinNs))) {
+    std::unique_lock<std::mutex> lock(mu_);
+    waiters_.fetch_add(1, std::memory_order_seq_cst);
+    cv_.wait(lock, done);
+    waiters_.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  if (host) host_wait_ended();
 }
 
 TFL_Error* Event::synchronize() {

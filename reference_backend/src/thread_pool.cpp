@@ -147,7 +147,6 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn)
 }
 
 bool ThreadPool::lend_until(const std::function<bool()>& ready, int64_t spin_ns) {
-  waits_.fetch_add(1, std::memory_order_acq_rel);
   // Kernels set OpenMP's thread count of the thread they run on to one
   // (dnnl_support.h); this thread is the host's, whose count PyTorch reads.
   const int omp_threads = omp_get_max_threads();

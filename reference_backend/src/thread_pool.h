@@ -43,12 +43,16 @@ class ThreadPool {
   // Waits, polling for at most spin_ns after the last piece of work, until
   // ready() or the poll ends; true when ready. Meanwhile the calling thread
   // (the host's, waiting for a stream) takes indices of the jobs that start.
-  // Once kWaitedStreak jobs in a row each followed a wait (a host that
-  // synchronizes after every launch) one helper sleeps and the waiting
-  // thread takes its place: a third thread polling beside the two that
-  // compute makes the cores' owners take turns. Two jobs with no wait
-  // between them (a training step's) end the streak.
+  // Once kWaitedStreak jobs in a row each followed the end of a host's wait
+  // (wait_ended: a host that synchronizes after every launch) one helper
+  // sleeps and the waiting thread takes its place: a third thread polling
+  // beside the two that compute makes the cores' owners take turns. Two
+  // jobs with no wait ending between them (a training step's) end the streak.
   bool lend_until(const std::function<bool()>& ready, int64_t spin_ns);
+  // A host thread's wait for the device has ended. Counted at its end, not
+  // its start: a wait that began before its job started (the stream thread
+  // was late) still lies between that job's start and the next one's.
+  void wait_ended() { waits_.fetch_add(1, std::memory_order_acq_rel); }
   // The pool if it has been started, else null.
   static ThreadPool* started();
 
@@ -81,7 +85,7 @@ class ThreadPool {
   int sleepers_ = 0;
   bool last_helper_sleeps_ = false;  // the one that parks (under mu_)
   const int helpers_;
-  std::atomic<uint64_t> waits_{0};     // lend_until calls so far
+  std::atomic<uint64_t> waits_{0};     // host waits ended so far
   std::atomic<int> waited_streak_{0};  // jobs in a row that each followed a wait
   uint64_t waits_seen_ = 0;            // waits_ when the last job started (under run_mu_)
   bool stop_ = false;

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -37,6 +38,24 @@ void expect(bool ok, const std::string& what) {
     ++failures;
     std::printf("FAIL: %s\n", what.c_str());
   }
+}
+
+struct Verdict {
+  bool ok;
+  std::string what;
+};
+
+// Runs `scenario` until one run has every verdict true, at most `runs`
+// times, and reports the last run's. For checks of which thread ran what: a
+// machine busy with other work may keep the waiting thread off its core for
+// a whole job, once; a bug fails every run.
+void expect_in_one_of(int runs, const std::function<std::vector<Verdict>()>& scenario) {
+  std::vector<Verdict> last;
+  for (int run = 0; run < runs; ++run) {
+    last = scenario();
+    if (std::all_of(last.begin(), last.end(), [](const Verdict& v) { return v.ok; })) break;
+  }
+  for (const Verdict& v : last) expect(v.ok, v.what);
 }
 
 std::string error_text(TFL_Error* e) {
@@ -268,15 +287,26 @@ void waiting_thread_lends_its_core(bool by_event) {
                                          " is its own again: " + std::to_string(omp_get_max_threads()));
 }
 
-// `jobs` jobs of eight sleeping parts each on stream s, then one wait: with
-// `join` it starts while the first job runs, else once the last has ended.
-// Returns, for each job, the threads that ran its parts.
-std::vector<std::set<std::thread::id>> split_jobs(flemu::Stream& s, bool join, int jobs) {
+// When the host's one wait after a batch of jobs begins.
+enum class WaitFrom {
+  before_start,   // before the first job's parts start (the stream thread is late)
+  while_running,  // while the first job runs
+  after_end,      // once the last job has ended
+};
+
+// `jobs` jobs of eight sleeping parts each on stream s, then one wait from
+// `from`. Returns, for each job, the pool's helpers that ran its parts (the
+// threads other than the stream's and the waiting one).
+std::vector<std::set<std::thread::id>> split_jobs(flemu::Stream& s, WaitFrom from, int jobs) {
   std::mutex mu;
   std::vector<std::set<std::thread::id>> ran(jobs);
   std::atomic<bool> started{false}, ended{false};
+  std::thread::id worker;
   for (int j = 0; j < jobs; ++j) {
     s.submit("split", [&, j] {
+      worker = std::this_thread::get_id();
+      // Long past the waiter's 20 us poll: it sleeps before the parts start.
+      if (from == WaitFrom::before_start && j == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
       flemu::ThreadPool::instance().parallel_for(8, [&](int64_t) {
         started.store(true);
         {
@@ -288,31 +318,67 @@ std::vector<std::set<std::thread::id>> split_jobs(flemu::Stream& s, bool join, i
       if (j == jobs - 1) ended.store(true);
     });
   }
-  while (!(join ? started : ended).load()) std::this_thread::yield();
+  if (from == WaitFrom::while_running) {
+    while (!started.load()) std::this_thread::yield();
+  } else if (from == WaitFrom::after_end) {
+    while (!ended.load()) std::this_thread::yield();
+  }
   s.wait_idle();
+  for (auto& threads : ran) {
+    threads.erase(worker);
+    threads.erase(std::this_thread::get_id());
+  }
   return ran;
 }
 
 // A host that waits after every job takes one helper's place from the
-// third job on (the pool's threads stay one per core); two jobs with no
-// wait between them (a forward and a backward pass) give the helper back.
-void waiting_thread_takes_a_helpers_place() {
-  const int threads = flemu::ThreadPool::instance().parallelism();
-  if (threads < 2) return;  // no helper to stand in for
+// third job on (the pool's threads stay one per core: that helper runs no
+// part); two jobs with no wait between them (a forward and a backward pass)
+// give the helper back.
+std::vector<Verdict> waiting_thread_takes_a_helpers_place() {
+  const int helpers = flemu::ThreadPool::instance().parallelism() - 1;
+  if (helpers < 1) return {};  // no helper to stand in for
   flemu::Stream s(0, 11, 0, 0);
-  const auto reset = split_jobs(s, false, 3);
-  expect(reset[2].size() >= 2, "the third of three jobs between two waits has the helper: " +
-                                   std::to_string(reset[2].size()) + " threads ran parts");
-  split_jobs(s, true, 1);
-  split_jobs(s, true, 1);
-  const auto third = split_jobs(s, true, 1);
-  expect(third[0].count(std::this_thread::get_id()) == 1 && static_cast<int>(third[0].size()) <= threads,
-         "after two jobs that each followed a wait the waiting thread runs parts in a helper's place: " +
-             std::to_string(third[0].size()) + " threads ran parts, " + std::to_string(threads) + " cores");
-  const auto pass = split_jobs(s, false, 3);
-  expect(pass[1].size() >= 2 && pass[2].size() >= 2,
-         "the second job with no wait before it has the helper back: " + std::to_string(pass[1].size()) +
-             " and " + std::to_string(pass[2].size()) + " threads ran the second and third");
+  const auto reset = split_jobs(s, WaitFrom::after_end, 3);
+  split_jobs(s, WaitFrom::while_running, 1);
+  split_jobs(s, WaitFrom::while_running, 1);
+  const auto third = split_jobs(s, WaitFrom::while_running, 1);
+  const auto pass = split_jobs(s, WaitFrom::after_end, 3);
+  return {
+      {static_cast<int>(reset[2].size()) == helpers,
+       "the third of three jobs between two waits has every helper: " + std::to_string(reset[2].size()) +
+           " of " + std::to_string(helpers) + " ran parts"},
+      {static_cast<int>(third[0].size()) <= helpers - 1,
+       "after two jobs that each followed a wait one helper gives its place to the waiting thread: " +
+           std::to_string(third[0].size()) + " of " + std::to_string(helpers) + " ran parts"},
+      {static_cast<int>(pass[1].size()) == helpers && static_cast<int>(pass[2].size()) == helpers,
+       "the second job with no wait before it has every helper back: " + std::to_string(pass[1].size()) +
+           " and " + std::to_string(pass[2].size()) + " of " + std::to_string(helpers) +
+           " ran the second and third"},
+  };
+}
+
+// The same host when every other wait begins before its job starts (the
+// stream thread was late) and the others while their job runs: each job
+// still follows the end of a wait, so the helper stays parked. Counted at
+// their start, such waits left two job starts with none between them, and
+// every such job woke the helper: three threads on two cores.
+std::vector<Verdict> parking_holds_when_a_wait_begins_early() {
+  const int helpers = flemu::ThreadPool::instance().parallelism() - 1;
+  if (helpers < 1) return {};
+  flemu::Stream s(0, 13, 0, 0);
+  split_jobs(s, WaitFrom::after_end, 2);  // a streak that has ended
+  bool parked = true;
+  std::string counts;
+  for (int round = 0; round < 4; ++round) {
+    split_jobs(s, WaitFrom::before_start, 1);
+    const auto late = split_jobs(s, WaitFrom::while_running, 1);
+    if (round == 0) continue;  // the streak builds up
+    parked = parked && static_cast<int>(late[0].size()) <= helpers - 1;
+    counts += (counts.empty() ? "" : ", ") + std::to_string(late[0].size());
+  }
+  return {{parked, "with every other wait begun before its job started, one helper keeps its place given "
+                   "to the waiting thread: " + counts + " of " + std::to_string(helpers) + " helpers ran parts"}};
 }
 
 }  // namespace
@@ -336,7 +402,8 @@ int main() {
   concurrent_producers(true);
   waiting_thread_lends_its_core(false);
   waiting_thread_lends_its_core(true);
-  waiting_thread_takes_a_helpers_place();
+  expect_in_one_of(3, waiting_thread_takes_a_helpers_place);
+  expect_in_one_of(3, parking_holds_when_a_wait_begins_early);
   std::printf("%d checks, %d failures\n", checks, failures);
   return failures == 0 ? 0 : 1;
 }
