@@ -36,6 +36,8 @@ bool host_poll(const std::function<bool()>& done) {
   return pool != nullptr ? pool->lend_until(done, kWaiterSpinNs) : spin_until(done, kWaiterSpinNs);
 }
 
+// A host thread's wait has ended: the pool counts it for parking a helper
+// (ThreadPool::wait_ended), after the work waited for, never before its start.
 void host_wait_ended() {
   if (ThreadPool* pool = ThreadPool::started()) pool->wait_ended();
 }
