@@ -29,8 +29,8 @@ constexpr int64_t kWaiterSpinNs = 20'000;
 
 // A host thread's poll before it sleeps: it runs parts of the pool's job in
 // progress meanwhile (ThreadPool::lend_until). A stream worker waiting for
-// another stream's event only polls: it is no host giving its core to the
-// device, and its waits must not count in the pool's streak of waited jobs.
+// another stream's event only polls, and its wait does not count for parking
+// (host_wait_ended): it is no host giving its core to the device.
 bool host_poll(const std::function<bool()>& done) {
   ThreadPool* pool = ThreadPool::started();
   return pool != nullptr ? pool->lend_until(done, kWaiterSpinNs) : spin_until(done, kWaiterSpinNs);

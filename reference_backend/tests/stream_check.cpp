@@ -266,8 +266,11 @@ void waiting_thread_lends_its_core(bool by_event) {
       std::this_thread::sleep_for(std::chrono::microseconds(300));
     });
   });
-  auto event = std::make_shared<flemu::Event>(0, 0);
-  if (by_event) event->record(s);
+  std::shared_ptr<flemu::Event> event;
+  if (by_event) {
+    event = std::make_shared<flemu::Event>(0, 0);
+    event->record(s);
+  }
   // The waiter polls for 20 us before it sleeps: it comes once the job runs.
   while (!started.load()) std::this_thread::yield();
   const std::string how = by_event ? "an event's synchronize" : "wait_idle";
