@@ -141,6 +141,38 @@ def test_values_handed_over_in_registers_match_eager_bit_for_bit(dev: torch.devi
         torch.testing.assert_close(a.cpu(), e.cpu(), rtol=0, atol=0, msg=lambda m, i=i: f"output {i}: {m}")
 
 
+# 8193 elements split over the pool where a region evaluates exp, tanh or
+# gelu (4096-element grain); 300_001 split anyway.
+@pytest.mark.parametrize("numel", [1, 1000, 8193, 300_001])
+def test_transcendental_regions_match_eager_bit_for_bit(dev: torch.device, numel: int) -> None:
+    """exp, sigmoid, tanh, silu and gelu in both forms and their backward run
+    in a region with the eager kernels' own float32 forms, over whole tiles:
+    first, inside and last in a chain, two in a row, a value used twice, and
+    an operand whose register the result may take must all come out as
+    eager's kernels compute them."""
+    gelu_backward = torch.ops.aten.gelu_backward.default
+
+    def f(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a = torch.exp(x * 0.5) * 2.0 - 1.0  # exp inside a chain
+        b = torch.tanh(torch.sigmoid(a))  # two in a row, tanh last in its chain
+        c = torch.nn.functional.gelu(b + y)  # gelu ends a chain
+        d = c * b  # c and b used again
+        e = torch.nn.functional.silu(x) + torch.nn.functional.gelu(d, approximate="tanh")
+        g = gelu_backward(e * 0.5, y)  # y's last use: the result may take its register
+        h = gelu_backward(g, a, approximate="tanh") - torch.exp(c)
+        return c, g, h * e
+
+    x = torch.randn(numel, device=dev)
+    y = torch.randn(numel, device=dev)
+    with torch.no_grad():
+        expected = f(x, y)
+        actual = compile_fl(f)(x, y)
+    ((ops,),) = [accepted_ops(graph_reports())]
+    assert {"aten::gelu", "aten::gelu_backward", "aten::silu", "aten::tanh", "aten::exp"} <= set(ops), ops
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        torch.testing.assert_close(a.cpu(), e.cpu(), rtol=0, atol=0, msg=lambda m, i=i: f"output {i}: {m}")
+
+
 _UNARY = [torch.neg, torch.relu, torch.sigmoid, torch.tanh, torch.abs, torch.exp,
           lambda t: torch.clamp(t, -1.5, 2.0), lambda t: t * 0.5, lambda t: 1.0 - t,
           torch.nn.functional.silu, lambda t: torch.pow(t, 2), torch.erf]

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../kernels/support/dtype.h"
+#include "../kernels/support/fast_math.h"
 #include "../kernels/support/isa.h"
 #include "../thread_pool.h"
 #include "fused_program.h"

@@ -11,58 +11,11 @@
 namespace flemu {
 namespace {
 
-template <class C>
-inline C sigmoid_of(C x) {
-  // exp of a non-positive argument only: no overflow for large |x|. Both
-  // branches are computed and one selected, so the loop vectorizes.
-  const C e = exp_of(x >= C(0) ? -x : x);
-  const C pos = C(1) / (C(1) + e), neg = e / (C(1) + e);
-  return x >= C(0) ? pos : neg;
-}
-
-constexpr double kSqrt1_2 = 0.70710678118654752440;         // 1/sqrt(2)
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;      // 1/sqrt(2*pi)
-constexpr double kSqrt2OverPi = 0.79788456080286535588;     // sqrt(2/pi)
-constexpr double kGeluKappa = 0.044715;
-
-enum class Approx { None, Tanh };
-
-Approx gelu_approximate(const Launch& L, size_t i) {
+GeluForm gelu_approximate(const Launch& L, size_t i) {
   const std::string a = string_arg(L, i, "approximate", "none");
-  if (a == "none") return Approx::None;
-  if (a == "tanh") return Approx::Tanh;
+  if (a == "none") return GeluForm::Exact;
+  if (a == "tanh") return GeluForm::Tanh;
   invalid_argument("gelu: approximate must be 'none' or 'tanh', got '", a, "'");
-}
-
-// The form is a template argument: each kernel's loop then holds one form
-// only; neither calls a library function, so both vectorize.
-template <Approx approx, class C>
-inline C gelu_of(C x) {
-  if constexpr (approx == Approx::None && std::is_same_v<C, float>) {
-    float e;
-    return x * normal_cdf_f32(x, &e);
-  }
-  if constexpr (approx == Approx::None) return C(0.5) * x * (C(1) + erf_of(x * C(kSqrt1_2)));
-  const C inner = C(kSqrt2OverPi) * (x + C(kGeluKappa) * x * x * x);
-  return C(0.5) * x * (C(1) + tanh_of(inner));
-}
-
-template <Approx approx, class C>
-inline C gelu_grad(C g, C x) {
-  if constexpr (approx == Approx::None && std::is_same_v<C, float>) {
-    float e;
-    const float cdf = normal_cdf_f32(x, &e);
-    return g * (cdf + x * (float(kInvSqrt2Pi) * e));
-  }
-  if constexpr (approx == Approx::None) {
-    const C cdf = C(0.5) * (C(1) + erf_of(x * C(kSqrt1_2)));
-    const C pdf = C(kInvSqrt2Pi) * exp_of(C(-0.5) * x * x);
-    return g * (cdf + x * pdf);
-  }
-  const C x2 = x * x;
-  const C t = tanh_of(C(kSqrt2OverPi) * (x + C(kGeluKappa) * x2 * x));
-  const C dinner = C(kSqrt2OverPi) * (C(1) + C(3 * kGeluKappa) * x2);
-  return g * (C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * dinner);
 }
 
 // out = f(self) for every non-bool dtype (f takes and returns the compute type).
@@ -95,10 +48,10 @@ TFL_Error* kernel_tanh(const TFL_Kernel_Args* args) {
 
 TFL_Error* kernel_gelu(const TFL_Kernel_Args* args) {
   return run_kernel(args, kGelu, [&](Launch& L) {
-    if (gelu_approximate(L, 1) == Approx::None)
-      launch_float_unary(L, "gelu", [](auto x) { return gelu_of<Approx::None>(x); }, kTranscendentalGrain);
+    if (gelu_approximate(L, 1) == GeluForm::Exact)
+      launch_float_unary(L, "gelu", [](auto x) { return gelu_of<GeluForm::Exact>(x); }, kTranscendentalGrain);
     else
-      launch_float_unary(L, "gelu", [](auto x) { return gelu_of<Approx::Tanh>(x); }, kTranscendentalGrain);
+      launch_float_unary(L, "gelu", [](auto x) { return gelu_of<GeluForm::Tanh>(x); }, kTranscendentalGrain);
   });
 }
 
@@ -165,7 +118,7 @@ TFL_Error* kernel_gelu_backward(const TFL_Kernel_Args* args) {
     // FLEMU_FAULT=gelu_backward_scaled: a gradient 2% too large.
     const double scale = L.faulty(Fault::kGeluBackwardScaled) ? 1.02 : 1.0;
     const auto launch = [&](auto form) {
-      constexpr Approx approx = decltype(form)::value;
+      constexpr GeluForm approx = decltype(form)::value;
       if (scale == 1.0) {
         launch_float_binary(
             L, "gelu_backward", [](auto g, auto x) { return gelu_grad<approx>(g, x); }, kTranscendentalGrain);
@@ -175,8 +128,8 @@ TFL_Error* kernel_gelu_backward(const TFL_Kernel_Args* args) {
         return gelu_grad<approx>(g, x) * static_cast<decltype(x)>(scale);
       });
     };
-    if (gelu_approximate(L, 2) == Approx::None) launch(std::integral_constant<Approx, Approx::None>{});
-    else launch(std::integral_constant<Approx, Approx::Tanh>{});
+    if (gelu_approximate(L, 2) == GeluForm::Exact) launch(std::integral_constant<GeluForm, GeluForm::Exact>{});
+    else launch(std::integral_constant<GeluForm, GeluForm::Tanh>{});
   });
 }
 

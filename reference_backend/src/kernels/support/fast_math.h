@@ -1,7 +1,10 @@
 // float32 exp, erf and tanh without libm calls or branches, so loops over
 // them vectorize (libm's expf, erff and tanhf are scalar calls): used where a
 // kernel evaluates them per element (exp, tanh, gelu in both forms and their
-// backward, softmax and log-softmax).
+// backward, softmax and log-softmax). The activations built from them
+// (sigmoid, gelu and its gradient) are defined here once, for the eager
+// kernels and the fused-region executor alike, so a compiled region gives
+// the eager kernels' bits.
 // exp: Cody-Waite range reduction and a degree-6 polynomial (Cephes), within
 // 1 ulp of the true value, with 0, inf and NaN where expf gives them. erf:
 // its Taylor series below 0.5 and Abramowitz and Stegun 7.1.26 above (the
@@ -118,6 +121,59 @@ template <class C>
 inline __attribute__((always_inline)) C tanh_of(C x) {
   if constexpr (std::is_same_v<C, float>) return tanh_f32(x);
   else return std::tanh(x);
+}
+
+template <class C>
+inline __attribute__((always_inline)) C sigmoid_of(C x) {
+  // exp of a non-positive argument only: no overflow for large |x|. Both
+  // branches are computed and one selected, so the loop vectorizes.
+  const C e = exp_of(x >= C(0) ? -x : x);
+  const C pos = C(1) / (C(1) + e), neg = e / (C(1) + e);
+  return x >= C(0) ? pos : neg;
+}
+
+// gelu's two forms: exact (through erf) and the tanh approximation.
+enum class GeluForm { Exact, Tanh };
+
+namespace gelu_constants {
+constexpr double kSqrt1_2 = 0.70710678118654752440;     // 1/sqrt(2)
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2*pi)
+constexpr double kSqrt2OverPi = 0.79788456080286535588; // sqrt(2/pi)
+constexpr double kKappa = 0.044715;
+}  // namespace gelu_constants
+
+// The form is a template argument: a loop then holds one form only; neither
+// calls a library function in float32, so both vectorize.
+template <GeluForm form, class C>
+inline __attribute__((always_inline)) C gelu_of(C x) {
+  using namespace gelu_constants;
+  if constexpr (form == GeluForm::Exact && std::is_same_v<C, float>) {
+    float e;
+    return x * normal_cdf_f32(x, &e);
+  }
+  if constexpr (form == GeluForm::Exact) return C(0.5) * x * (C(1) + erf_of(x * C(kSqrt1_2)));
+  const C inner = C(kSqrt2OverPi) * (x + C(kKappa) * x * x * x);
+  return C(0.5) * x * (C(1) + tanh_of(inner));
+}
+
+// d gelu(x) / dx, times g.
+template <GeluForm form, class C>
+inline __attribute__((always_inline)) C gelu_grad(C g, C x) {
+  using namespace gelu_constants;
+  if constexpr (form == GeluForm::Exact && std::is_same_v<C, float>) {
+    float e;
+    const float cdf = normal_cdf_f32(x, &e);
+    return g * (cdf + x * (float(kInvSqrt2Pi) * e));
+  }
+  if constexpr (form == GeluForm::Exact) {
+    const C cdf = C(0.5) * (C(1) + erf_of(x * C(kSqrt1_2)));
+    const C pdf = C(kInvSqrt2Pi) * exp_of(C(-0.5) * x * x);
+    return g * (cdf + x * pdf);
+  }
+  const C x2 = x * x;
+  const C t = tanh_of(C(kSqrt2OverPi) * (x + C(kKappa) * x2 * x));
+  const C dinner = C(kSqrt2OverPi) * (C(1) + C(3 * kKappa) * x2);
+  return g * (C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * dinner);
 }
 
 }  // namespace flemu
