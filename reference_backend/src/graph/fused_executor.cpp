@@ -1,9 +1,10 @@
 // Runs a fused program: tiles of kTile elements; per tile every input is
-// loaded (converted to the compute type) into its register, the
-// instructions run over the tile block by block, and the outputs are
-// converted and stored. Memory is touched once per operand, whatever the
-// length of the chain; a value that only feeds the next instruction
-// (Instr::chained) stays in vector registers and is not stored at all.
+// loaded (converted to the compute type) into its register, the vector
+// instructions run over the tile block by block and the lanewise ones (exp,
+// gelu, ...) over the whole tile, and the outputs are converted and stored.
+// Memory is touched once per operand, whatever the length of the chain; a
+// value that only feeds the next vector instruction (Instr::chained) stays
+// in vector registers and is not stored at all.
 //
 // The executor is built for each instruction set of
 // kernels/support/isa.h and runs the one chosen there.
