@@ -3,6 +3,8 @@ in one pass, and the result matches eager."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 import torch_fl
@@ -114,6 +116,22 @@ def test_large_chain_splits_across_threads(dev: torch.device) -> None:
     assert len(ops) == 30, ops
 
 
+def _one_region_matching_eager_bits(f: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]],
+                                    dev: torch.device, numel: int) -> list[str]:
+    """f(x, y) on two random device tensors of numel elements, compiled and
+    eager: asserts every output is bit for bit eager's and returns the ops of
+    the one region the graph fused."""
+    x = torch.randn(numel, device=dev)
+    y = torch.randn(numel, device=dev)
+    with torch.no_grad():
+        expected = f(x, y)
+        actual = compile_fl(f)(x, y)
+    ((ops,),) = [accepted_ops(graph_reports())]
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        torch.testing.assert_close(a.cpu(), e.cpu(), rtol=0, atol=0, msg=lambda m, i=i: f"output {i}: {m}")
+    return ops
+
+
 @pytest.mark.parametrize("numel", [1, 1000, 300_001])
 def test_values_handed_over_in_registers_match_eager_bit_for_bit(dev: torch.device, numel: int) -> None:
     """flemu's executor keeps a value whose only use is the next op's first
@@ -130,15 +148,8 @@ def test_values_handed_over_in_registers_match_eager_bit_for_bit(dev: torch.devi
         e = torch.where(d > 0.1, d, -d) * 2.0 + 1.0  # a select in a chain
         return c, e, torch.relu(-e) + torch.clamp(b, -1.0, 2.0)
 
-    x = torch.randn(numel, device=dev)
-    y = torch.randn(numel, device=dev)
-    with torch.no_grad():
-        expected = f(x, y)
-        actual = compile_fl(f)(x, y)
-    ((ops,),) = [accepted_ops(graph_reports())]
+    ops = _one_region_matching_eager_bits(f, dev, numel)
     assert len(ops) >= 14, ops
-    for i, (a, e) in enumerate(zip(actual, expected)):
-        torch.testing.assert_close(a.cpu(), e.cpu(), rtol=0, atol=0, msg=lambda m, i=i: f"output {i}: {m}")
 
 
 # 8193 elements split over the pool where a region evaluates exp, tanh or
@@ -162,15 +173,8 @@ def test_transcendental_regions_match_eager_bit_for_bit(dev: torch.device, numel
         h = gelu_backward(g, a, approximate="tanh") - torch.exp(c)
         return c, g, h * e
 
-    x = torch.randn(numel, device=dev)
-    y = torch.randn(numel, device=dev)
-    with torch.no_grad():
-        expected = f(x, y)
-        actual = compile_fl(f)(x, y)
-    ((ops,),) = [accepted_ops(graph_reports())]
+    ops = _one_region_matching_eager_bits(f, dev, numel)
     assert {"aten::gelu", "aten::gelu_backward", "aten::silu", "aten::tanh", "aten::exp"} <= set(ops), ops
-    for i, (a, e) in enumerate(zip(actual, expected)):
-        torch.testing.assert_close(a.cpu(), e.cpu(), rtol=0, atol=0, msg=lambda m, i=i: f"output {i}: {m}")
 
 
 _UNARY = [torch.neg, torch.relu, torch.sigmoid, torch.tanh, torch.abs, torch.exp,
