@@ -1,9 +1,14 @@
-// flemu's vectorizable float32 exp and erf (support/fast_math.h) against
+// flemu's vectorizable float32 math (support/fast_math.h) against
 // double-precision libm over their whole ranges: exp within 1 ulp (relative
-// error for denormal results), 0 / inf / NaN where expf gives them; erf within
-// 3.5e-7. Prints "N checks, F failures" and the worst errors.
+// error for denormal results), 0 / inf / NaN where expf gives them; erf, log,
+// sin and cos within 1 ulp, log1p within 2 (sin and cos through sincos_array,
+// libm beyond its range, over every 61st float up to 2^21); the special
+// values libm gives. Prints "N checks, F failures" and the worst errors.
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <vector>
 
 #include "../src/kernels/support/fast_math.h"
 
@@ -18,6 +23,62 @@ void expect(bool ok, const char* what, double x, double got, double want) {
     if (failures <= 20) std::printf("FAIL: %s at x=%.9g: got %.9g, want %.9g\n", what, x, got, want);
   }
 }
+
+float from_bits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+// |got - want| in units of the float32 spacing at want (the smallest
+// denormal below the normal range); 0 where both are the same infinity.
+double ulp_error(float got, double want) {
+  const float w = static_cast<float>(want);
+  if (std::isinf(w)) return got == w ? 0.0 : 1e30;
+  const double aw = std::fabs(static_cast<double>(w));
+  const double ulp = aw < 1.1754943508222875e-38 ? 1.401298464324817e-45
+                                                  : static_cast<double>(std::nextafter(std::fabs(w), INFINITY)) - aw;
+  return std::fabs(got - want) / ulp;
+}
+
+// Every `stride`-th float from `first` below `limit` (bit patterns), both signs where `both_signs`.
+std::vector<float> grid(uint32_t first, uint32_t limit, uint32_t stride, bool both_signs) {
+  std::vector<float> xs;
+  for (uint32_t b = first; b < limit; b += stride) {
+    xs.push_back(from_bits(b));
+    if (both_signs) xs.push_back(-from_bits(b));
+  }
+  return xs;
+}
+
+double worst_of(const char* what, const std::vector<float>& xs, const std::vector<float>& got, double (*ref)(double),
+                double bound) {
+  double worst = 0.0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double want = ref(xs[i]);
+    if (std::isnan(want)) {
+      expect(std::isnan(got[i]), what, xs[i], got[i], want);
+      continue;
+    }
+    const double err = ulp_error(got[i], want);
+    worst = std::fmax(worst, err);
+    expect(err <= bound, what, xs[i], got[i], want);
+  }
+  return worst;
+}
+
+template <class F>
+std::vector<float> map(const std::vector<float>& xs, F f) {
+  std::vector<float> out(xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) out[i] = f(xs[i]);
+  return out;
+}
+
+double log_ref(double x) { return std::log(x); }
+double log1p_ref(double x) { return std::log1p(x); }
+double erf_ref(double x) { return std::erf(x); }
+double sin_ref(double x) { return std::sin(x); }
+double cos_ref(double x) { return std::cos(x); }
 
 }  // namespace
 
@@ -38,12 +99,36 @@ int main() {
       expect(err <= 1.0, "exp within 1 ulp", x, got, want);
     }
   }
-  for (float x = -9.0f; x < 9.0f; x += 0.0001f) {
-    const double want = std::erf(static_cast<double>(x));
-    const double err = std::fabs(flemu::erf_f32(x) - want);
-    worst_erf = std::fmax(worst_erf, err);
-    expect(err <= 3.5e-7, "erf within 3.5e-7", x, flemu::erf_f32(x), want);
+  {
+    const std::vector<float> xs = grid(0, 0x7f800001u, 53, true);  // up to inf
+    worst_erf = worst_of("erf within 1 ulp", xs, map(xs, flemu::erf_f32), erf_ref, 1.0);
   }
+  // log of every 97th float from 0 to inf, and negative ones (NaN); log1p down to -1.
+  const std::vector<float> positive = grid(0, 0x7f800001u, 97, false);
+  const std::vector<float> signed_values = grid(0, 0x7f800001u, 97, true);
+  const double worst_log = worst_of("log within 1 ulp", signed_values, map(signed_values, flemu::log_f32), log_ref, 1.0);
+  std::vector<float> above_minus_one = positive;
+  for (float x : positive) {
+    if (x <= 1.0f) above_minus_one.push_back(-x);
+  }
+  const double worst_log1p =
+      worst_of("log1p within 2 ulp", above_minus_one, map(above_minus_one, flemu::log1p_f32), log1p_ref, 2.0);
+  // sin and cos through sincos_array over blocks in range and blocks beyond it (libm there).
+  std::vector<float> angles = grid(0, 0x4a000000u, 61, true);  // |x| < 2^21
+  for (float x : {INFINITY, -INFINITY, NAN, 1e30f, 1048576.0f, 1048575.9f}) angles.push_back(x);
+  std::vector<float> sines(angles.size()), cosines(angles.size());
+  flemu::sincos_array<false>(angles.data(), sines.data(), static_cast<int64_t>(angles.size()));
+  flemu::sincos_array<true>(angles.data(), cosines.data(), static_cast<int64_t>(angles.size()));
+  const double worst_sin = worst_of("sin within 1 ulp", angles, sines, sin_ref, 1.0);
+  const double worst_cos = worst_of("cos within 1 ulp", angles, cosines, cos_ref, 1.0);
+  // One value at a time (sincos_of) gives sincos_array's bits; in place too.
+  for (size_t i = 0; i < angles.size(); i += 7) {
+    const float one = flemu::sincos_of<false>(angles[i]);
+    expect(std::memcmp(&one, &sines[i], sizeof one) == 0, "sincos_of = sincos_array", angles[i], one, sines[i]);
+  }
+  std::vector<float> in_place = angles;
+  flemu::sincos_array<true>(in_place.data(), in_place.data(), static_cast<int64_t>(in_place.size()));
+  expect(std::memcmp(in_place.data(), cosines.data(), cosines.size() * sizeof(float)) == 0, "cos in place", 0, 0, 0);
   expect(flemu::exp_f32(-INFINITY) == 0.0f, "exp(-inf) = 0", -INFINITY, flemu::exp_f32(-INFINITY), 0);
   expect(std::isinf(flemu::exp_f32(INFINITY)), "exp(inf) = inf", INFINITY, flemu::exp_f32(INFINITY), INFINITY);
   expect(std::isnan(flemu::exp_f32(NAN)), "exp(nan) = nan", NAN, flemu::exp_f32(NAN), NAN);
@@ -53,6 +138,19 @@ int main() {
          flemu::erf_f32(INFINITY), 1);
   expect(flemu::erf_f32(0.0f) == 0.0f && std::signbit(flemu::erf_f32(-0.0f)), "erf(+-0) = +-0", 0,
          flemu::erf_f32(-0.0f), -0.0);
-  std::printf("worst: exp %.3f ulp, erf %.3g\n%d checks, %d failures\n", worst_ulp, worst_erf, checks, failures);
+  expect(flemu::log_f32(0.0f) == -INFINITY && flemu::log_f32(-0.0f) == -INFINITY, "log(+-0) = -inf", 0,
+         flemu::log_f32(-0.0f), -INFINITY);
+  expect(flemu::log_f32(INFINITY) == INFINITY && std::isnan(flemu::log_f32(NAN)), "log(inf) = inf, log(nan) = nan",
+         INFINITY, flemu::log_f32(INFINITY), INFINITY);
+  expect(flemu::log1p_f32(-1.0f) == -INFINITY && flemu::log1p_f32(INFINITY) == INFINITY, "log1p(-1) = -inf",
+         -1, flemu::log1p_f32(-1.0f), -INFINITY);
+  expect(std::signbit(flemu::log1p_f32(-0.0f)) && std::isnan(flemu::log1p_f32(-INFINITY)), "log1p(-0) = -0", 0,
+         flemu::log1p_f32(-0.0f), -0.0);
+  const float neg_zero = -0.0f;
+  float sin_zero;
+  flemu::sincos_array<false>(&neg_zero, &sin_zero, 1);
+  expect(sin_zero == 0.0f && std::signbit(sin_zero), "sin(-0) = -0", 0, sin_zero, -0.0);
+  std::printf("worst: exp %.3f ulp, erf %.3f, log %.3f, log1p %.3f, sin %.3f, cos %.3f\n%d checks, %d failures\n",
+              worst_ulp, worst_erf, worst_log, worst_log1p, worst_sin, worst_cos, checks, failures);
   return failures == 0 ? 0 : 1;
 }

@@ -1,6 +1,6 @@
-"""flemu's vectorizable float32 exp and erf (support/fast_math.h, used by gelu
-and softmax) against libm in double over their whole ranges (built from the
-header alone)."""
+"""flemu's vectorizable float32 exp, erf, log, log1p, sin and cos
+(support/fast_math.h, used by their kernels, gelu, softmax and fused regions)
+against libm in double over their whole ranges (built from the header alone)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def test_fast_exp_and_erf_against_libm(build_program: Callable[..., Path]) -> None:
+def test_fast_math_against_libm(build_program: Callable[..., Path]) -> None:
     # Optimized as flemu builds its users (CMakeLists.txt): the loops vectorize, the values must not change.
     binary = build_program("fast_math_check", ("-O3", "-fno-trapping-math"))
     proc = subprocess.run([str(binary)], capture_output=True, text=True, timeout=120)

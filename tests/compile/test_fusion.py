@@ -177,6 +177,26 @@ def test_transcendental_regions_match_eager_bit_for_bit(dev: torch.device, numel
     assert {"aten::gelu", "aten::gelu_backward", "aten::silu", "aten::tanh", "aten::exp"} <= set(ops), ops
 
 
+@pytest.mark.parametrize("numel", [1, 1000, 8193, 300_001])
+def test_math_regions_match_eager_bit_for_bit(dev: torch.device, numel: int) -> None:
+    """log, log1p, erf, sin, cos, sqrt and rsqrt in a region take the eager
+    kernels' own float32 forms (sin and cos: the vector form in range, libm
+    beyond 2^20, where x * 3e6 sends some values), so a region's values are
+    eager's bits: inside a chain, two in a row, and at a chain's end."""
+
+    def f(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a = torch.log(x.abs() + 0.5) * 2.0  # log inside a chain
+        b = torch.log1p(torch.sqrt(y * y + 1.0))  # two in a row
+        c = torch.erf(a - b)  # erf ends a chain
+        d = torch.sin(x * 3.0e6) + torch.cos(y * 40.0)  # beyond and within sin's vector range
+        e = torch.rsqrt(b + 1.0) * torch.cos(c)
+        return c, d, e - torch.sin(d)
+
+    ops = _one_region_matching_eager_bits(f, dev, numel)
+    assert {"aten::log", "aten::log1p", "aten::erf", "aten::sin", "aten::cos", "aten::sqrt",
+            "aten::rsqrt"} <= set(ops), ops
+
+
 _UNARY = [torch.neg, torch.relu, torch.sigmoid, torch.tanh, torch.abs, torch.exp,
           lambda t: torch.clamp(t, -1.5, 2.0), lambda t: t * 0.5, lambda t: 1.0 - t,
           torch.nn.functional.silu, lambda t: torch.pow(t, 2), torch.erf]

@@ -87,6 +87,35 @@ float fast_exp(float x) {
   return std::ldexp(p, static_cast<int>(n));
 }
 
+// sin or cos: float32 runs with unit strides through sincos_array (vector
+// form, libm beyond its range), everything else one value at a time with the
+// same bits (sincos_of).
+template <bool kCos>
+void launch_sincos(const Launch& L, const char* op) {
+  const TensorArg self = L.input_tensor(0, "self"), out = L.output(0, "out");
+  if (self.dtype != TFL_DTYPE_FLOAT32 || out.dtype != TFL_DTYPE_FLOAT32) {
+    launch_float_unary(L, op, [](auto x) { return sincos_of<kCos>(x); }, kTranscendentalGrain);
+    return;
+  }
+  const LoopPlan plan = plan_over({&out, &self});
+  if (plan.numel == 0) return;
+  L.enqueue([plan] {
+    run_loop(
+        plan,
+        [](char* const* ptr, const int64_t* st, int64_t n) __attribute__((always_inline)) {
+          if (st[0] == sizeof(float) && st[1] == sizeof(float)) {
+            sincos_array<kCos>(reinterpret_cast<const float*>(ptr[1]), reinterpret_cast<float*>(ptr[0]), n);
+            return;
+          }
+          for (int64_t i = 0; i < n; ++i) {
+            *reinterpret_cast<float*>(ptr[0] + i * st[0]) =
+                sincos_of<kCos>(*reinterpret_cast<const float*>(ptr[1] + i * st[1]));
+          }
+        },
+        kTranscendentalGrain);
+  });
+}
+
 }  // namespace
 
 TFL_Error* kernel_exp(const TFL_Kernel_Args* a) {
@@ -102,10 +131,14 @@ TFL_Error* kernel_exp(const TFL_Kernel_Args* a) {
   });
 }
 TFL_Error* kernel_log(const TFL_Kernel_Args* a) {
-  return unary(a, kLog, "log", [](auto x) { return std::log(x); });
+  return run_kernel(a, kLog, [&](Launch& L) {
+    launch_float_unary(L, "log", [](auto x) { return log_of(x); }, kTranscendentalGrain);
+  });
 }
 TFL_Error* kernel_log1p(const TFL_Kernel_Args* a) {
-  return unary(a, kLog1p, "log1p", [](auto x) { return std::log1p(x); });
+  return run_kernel(a, kLog1p, [&](Launch& L) {
+    launch_float_unary(L, "log1p", [](auto x) { return log1p_of(x); }, kTranscendentalGrain);
+  });
 }
 TFL_Error* kernel_sqrt(const TFL_Kernel_Args* a) {
   return unary(a, kSqrt, "sqrt", [](auto x) { return std::sqrt(x); });
@@ -117,13 +150,15 @@ TFL_Error* kernel_reciprocal(const TFL_Kernel_Args* a) {
   return unary(a, kReciprocal, "reciprocal", [](auto x) { return decltype(x)(1) / x; });
 }
 TFL_Error* kernel_sin(const TFL_Kernel_Args* a) {
-  return unary(a, kSin, "sin", [](auto x) { return std::sin(x); });
+  return run_kernel(a, kSin, [&](Launch& L) { launch_sincos<false>(L, "sin"); });
 }
 TFL_Error* kernel_cos(const TFL_Kernel_Args* a) {
-  return unary(a, kCos, "cos", [](auto x) { return std::cos(x); });
+  return run_kernel(a, kCos, [&](Launch& L) { launch_sincos<true>(L, "cos"); });
 }
 TFL_Error* kernel_erf(const TFL_Kernel_Args* a) {
-  return unary(a, kErf, "erf", [](auto x) { return std::erf(x); });
+  return run_kernel(a, kErf, [&](Launch& L) {
+    launch_float_unary(L, "erf", [](auto x) { return erf_of(x); }, kTranscendentalGrain);
+  });
 }
 
 TFL_Error* kernel_sign(const TFL_Kernel_Args* args) {

@@ -1,22 +1,24 @@
-// float32 exp, erf and tanh without libm calls or branches, so loops over
-// them vectorize (libm's expf, erff and tanhf are scalar calls): used where a
-// kernel evaluates them per element (exp, tanh, gelu in both forms and their
-// backward, softmax and log-softmax). The activations built from them
+// float32 exp, erf, tanh, log, log1p, sin and cos without libm calls or
+// branches, so loops over them vectorize (libm's are scalar calls): used
+// where a kernel evaluates them per element (exp, erf, tanh, log, log1p, sin,
+// cos, gelu in both forms and their backward, softmax and log-softmax). The
+// activations built from them
 // (sigmoid, gelu and its gradient) are defined here once, for the eager
 // kernels and the fused-region executor alike, so a compiled region gives
 // the eager kernels' bits.
 // exp: Cody-Waite range reduction and a degree-6 polynomial (Cephes), within
 // 1 ulp of the true value, with 0, inf and NaN where expf gives them. erf:
-// its Taylor series below 0.5 and Abramowitz and Stegun 7.1.26 above (the
-// approximation PyTorch's vectorized CPU erf uses), within 3.2e-7 of the true
-// value in float32. tanh: Cephes' odd polynomial below 0.625 in magnitude,
-// 1 - 2 / (exp(2|x|) + 1) above, within 2 ulp.
+// its Taylor series below 0.5 and a polynomial in double above, within 1 ulp.
+// tanh: Cephes' odd polynomial below 0.625 in magnitude,
+// 1 - 2 / (exp(2|x|) + 1) above, within 2 ulp. log, log1p, sin and cos:
+// below, each with its method and bound.
 #ifndef FLEMU_KERNELS_SUPPORT_FAST_MATH_H_
 #define FLEMU_KERNELS_SUPPORT_FAST_MATH_H_
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 namespace flemu {
@@ -56,23 +58,40 @@ inline __attribute__((always_inline)) float exp_f32(float x) {
   return x != x ? x : out;
 }
 
+// erf on [0.5, 3.92] as a polynomial in t = (x - 2.21) / 1.71, lowest
+// degree first: the degree-16 interpolant at the Chebyshev nodes
+// (numpy.polynomial.chebyshev.chebfit on math.erf, then cheb2poly), within
+// 5.6e-9 of erf over the interval (0.1 ulp of a float32 result there) when
+// evaluated in double by Horner's rule.
+constexpr double kErfPoly[] = {
+    0.9982244379759346,    0.014598594019835154,  -0.05516990250124959,  0.12476962621562232,
+    -0.18197472522999822,  0.16557754422668214,   -0.0667813586814639,   -0.04286210809706899,
+    0.08285914337453104,   -0.04620987589341584,  -0.009661239109665307, 0.03057767661651824,
+    -0.012389267035254217, -0.00732686392853272,  0.00615385058704636,   0.0006254503901613244,
+    -0.0010110179888513475};
+
 inline __attribute__((always_inline)) float erf_f32(float x) {
   const float a = std::fabs(x);
-  const float t = 1.0f / (1.0f + 0.3275911f * a);
-  const float poly = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t +
-                      0.254829592f) * t;
-  const float far = 1.0f - poly * exp_f32(-a * a);
-  // Near 0 that difference cancels to a few correct digits; the Taylor series
-  // 2/sqrt(pi) * sum (-1)^k x^(2k+1) / (k! (2k+1)) is exact there.
-  const float x2 = a * a;
-  float series = -1.0f / 9360.0f;
-  series = series * x2 + 1.0f / 1320.0f;
-  series = series * x2 - 1.0f / 216.0f;
-  series = series * x2 + 1.0f / 42.0f;
-  series = series * x2 - 1.0f / 10.0f;
-  series = series * x2 + 1.0f / 3.0f;
-  series = series * x2 - 1.0f;
-  const float near = -1.12837916709551257f * a * series;
+  // Below 0.5 the Taylor series 2/sqrt(pi) * sum (-1)^k x^(2k+1) / (k! (2k+1))
+  // in double (the first term left out is below 1e-9 relative).
+  const double ad = a, x2 = ad * ad;
+  double series = -1.0 / 9360.0;
+  series = series * x2 + 1.0 / 1320.0;
+  series = series * x2 - 1.0 / 216.0;
+  series = series * x2 + 1.0 / 42.0;
+  series = series * x2 - 1.0 / 10.0;
+  series = series * x2 + 1.0 / 3.0;
+  series = series * x2 - 1.0;
+  const float near = static_cast<float>(-1.12837916709551257 * ad * series);
+  // From 0.5 the polynomial in double; from 3.92 (and at inf) erf rounds to 1
+  // in float. NaN stays NaN.
+  const float clamped = a > 3.92f ? 3.92f : (a < 0.5f ? 0.5f : a);
+  const double t = (static_cast<double>(clamped) - 2.21) * (1.0 / 1.71);
+  constexpr int kDegree = sizeof(kErfPoly) / sizeof(kErfPoly[0]) - 1;
+  double poly = kErfPoly[kDegree];
+#pragma GCC unroll 32
+  for (int k = kDegree - 1; k >= 0; --k) poly = poly * t + kErfPoly[k];
+  const float far = a >= 3.92f ? 1.0f : static_cast<float>(poly);
   return std::copysign(a < 0.5f ? near : far, x);
 }
 
@@ -106,7 +125,115 @@ inline __attribute__((always_inline)) float tanh_f32(float x) {
   return a < 0.625f ? near : far;  // NaN takes `far`, which is NaN
 }
 
-// The compute type's exp, erf and tanh: the vectorizable float32 forms above, libm for double.
+// log: x = 2^e * m with m in [sqrt(1/2), sqrt(2)), log(m) from Cephes'
+// degree-8 polynomial in m - 1 and e * ln 2 added in two parts (the first
+// exact), within 1 ulp; a denormal x is scaled by 2^23 first. 0 gives -inf,
+// a negative x NaN, inf inf, as logf does.
+inline __attribute__((always_inline)) float log_f32(float x) {
+  const bool denormal = x < 1.17549435e-38f;  // also 0 and negatives, replaced below
+  const float xs = denormal ? x * 8388608.0f : x;
+  int32_t bits;
+  std::memcpy(&bits, &xs, sizeof bits);
+  const float m = bits_to_float((bits & 0x007fffff) | 0x3f000000);  // in [0.5, 1)
+  const bool low = m < 0.707106781186547524f;
+  const int32_t e = ((bits >> 23) & 0xff) - 126 - (low ? 1 : 0);
+  const float f = low ? (m + m) - 1.0f : m - 1.0f;
+  const float fe = static_cast<float>(e) - (denormal ? 23.0f : 0.0f);
+  const float z = f * f;
+  float p = 7.0376836292e-2f;
+  p = p * f - 1.1514610310e-1f;
+  p = p * f + 1.1676998740e-1f;
+  p = p * f - 1.2420140846e-1f;
+  p = p * f + 1.4249322787e-1f;
+  p = p * f - 1.6668057665e-1f;
+  p = p * f + 2.0000714765e-1f;
+  p = p * f - 2.4999993993e-1f;
+  p = p * f + 3.3333331174e-1f;
+  float y = p * f * z;
+  y = y + fe * -2.12194440e-4f;
+  y = y - 0.5f * z;
+  float out = (f + y) + fe * 0.693359375f;
+  out = x == HUGE_VALF ? x : out;
+  out = x == 0.0f ? -HUGE_VALF : out;
+  out = x < 0.0f ? std::numeric_limits<float>::quiet_NaN() : out;
+  return x != x ? x : out;
+}
+
+// log1p: log(u) - ((u - 1) - x) / u with u = 1 + x rounded, which takes
+// out u's rounding error to first order (x itself where u is 1), within 2 ulp.
+inline __attribute__((always_inline)) float log1p_f32(float x) {
+  const float u = 1.0f + x;
+  float out = log_f32(u) - ((u - 1.0f) - x) / u;
+  out = u == 1.0f ? x : out;
+  out = u == 0.0f ? -HUGE_VALF : out;  // x = -1: the correction would be 0 / 0
+  return x == HUGE_VALF ? x : out;
+}
+
+// sin and cos for |x| < kTrigLimit (callers take libm beyond, and for inf
+// and NaN: trig_in_range): x - k pi/2 in double with pi/2 in two parts, the
+// first of 33 bits so k times it is exact (k < 2^20), which leaves the
+// remainder accurate to about 1e-20; then sin or cos of the remainder in
+// [-pi/4, pi/4] by Taylor polynomials in double (truncation below 2e-10
+// relative), rounded once to float: within 1 ulp.
+constexpr float kTrigLimit = 1048576.0f;  // 2^20
+
+inline __attribute__((always_inline)) bool trig_in_range(float x) {
+  return std::fabs(x) < kTrigLimit;
+}
+
+template <bool kCos>
+inline __attribute__((always_inline)) float sincos_f32(float x) {
+  const double xd = x;
+  // k = round(x * 2 / pi), by the 1.5 * 2^52 trick.
+  const double k = (xd * 0.63661977236758134308 + 6755399441055744.0) - 6755399441055744.0;
+  const double r = (xd - k * 1.57079632673412561417e+00) - k * 6.07710050650619224932e-11;
+  const double s = r * r;
+  double ps = -1.0 / 39916800.0;
+  ps = ps * s + 1.0 / 362880.0;
+  ps = ps * s - 1.0 / 5040.0;
+  ps = ps * s + 1.0 / 120.0;
+  ps = ps * s - 1.0 / 6.0;
+  const double sin_r = r * (1.0 + s * ps);  // keeps the sign of -0
+  double pc = -1.0 / 3628800.0;
+  pc = pc * s + 1.0 / 40320.0;
+  pc = pc * s - 1.0 / 720.0;
+  pc = pc * s + 1.0 / 24.0;
+  pc = pc * s - 0.5;
+  const double cos_r = 1.0 + s * pc;
+  // sin(x) is sin r, cos r, -sin r, -cos r for k = 0, 1, 2, 3 mod 4; cos(x) is sin(x + pi/2).
+  const int32_t q = static_cast<int32_t>(k) + (kCos ? 1 : 0);
+  const double v = (q & 1) ? cos_r : sin_r;
+  return static_cast<float>((q & 2) ? -v : v);
+}
+
+// out[i] = sin(in[i]) (or cos) for n float32 values; out may be in. Blocks
+// with every value in range run the vector form; others take libm per
+// value beyond the range, with the same bits as the vector form inside it.
+template <bool kCos>
+inline __attribute__((always_inline)) void sincos_array(const float* in, float* out, int64_t n) {
+  constexpr int64_t kBlock = 256;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t m = n - b < kBlock ? n - b : kBlock;
+    const float* x = in + b;
+    float* y = out + b;
+    int32_t out_of_range = 0;
+    for (int64_t i = 0; i < m; ++i) out_of_range |= trig_in_range(x[i]) ? 0 : 1;
+    if (out_of_range == 0) {
+      // Through a local block: the loop then vectorizes where out is in as well.
+      float block[kBlock];
+      for (int64_t i = 0; i < m; ++i) block[i] = sincos_f32<kCos>(x[i]);
+      std::memcpy(y, block, static_cast<size_t>(m) * sizeof(float));
+      continue;
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      const float v = x[i];
+      y[i] = trig_in_range(v) ? sincos_f32<kCos>(v) : (kCos ? std::cos(v) : std::sin(v));
+    }
+  }
+}
+
+// The compute type's exp, erf, tanh, log and log1p: the vectorizable float32
+// forms above, libm for double.
 template <class C>
 inline __attribute__((always_inline)) C exp_of(C x) {
   if constexpr (std::is_same_v<C, float>) return exp_f32(x);
@@ -121,6 +248,25 @@ template <class C>
 inline __attribute__((always_inline)) C tanh_of(C x) {
   if constexpr (std::is_same_v<C, float>) return tanh_f32(x);
   else return std::tanh(x);
+}
+template <class C>
+inline __attribute__((always_inline)) C log_of(C x) {
+  if constexpr (std::is_same_v<C, float>) return log_f32(x);
+  else return std::log(x);
+}
+template <class C>
+inline __attribute__((always_inline)) C log1p_of(C x) {
+  if constexpr (std::is_same_v<C, float>) return log1p_f32(x);
+  else return std::log1p(x);
+}
+// One value's sin or cos, as sincos_array gives it (the range test is a
+// branch: loops over it do not vectorize; sincos_array's dense loops do).
+template <bool kCos, class C>
+inline __attribute__((always_inline)) C sincos_of(C x) {
+  if constexpr (std::is_same_v<C, float>) {
+    if (trig_in_range(x)) return sincos_f32<kCos>(x);
+  }
+  return kCos ? std::cos(x) : std::sin(x);
 }
 
 template <class C>

@@ -1,0 +1,69 @@
+"""flemu's elementwise math kernels against PyTorch's own CPU kernels (SLEEF's
+vectorized forms), same run: each op over 1M float32 values (4 MiB) in the
+range a model feeds it (sin and cos up to 100 in magnitude, as rotary
+position embeddings do). Ratio of medians flemu / CPU (target: <= 1.1x), the
+two sides timed in the same rounds (_interleave.py); nothing fails on a time.
+Before timing, each op's flemu result is held to float64 within the bound its
+float32 form keeps (support/fast_math.h: 1 ulp, log1p 2), so a fast kernel
+that got less accurate fails here instead of reporting a ratio."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch_fl
+from _interleave import interleaved
+
+N = 1 << 20
+# op: (low, high) of the uniform inputs, ulp bound against float64
+OPS = {
+    "exp": ((-10.0, 10.0), 1.0),
+    "log": ((1e-3, 100.0), 1.0),
+    "log1p": ((-0.99, 100.0), 2.0),
+    "sqrt": ((0.0, 100.0), 0.5),
+    "rsqrt": ((1e-3, 100.0), 1.5),
+    "sin": ((-100.0, 100.0), 1.0),
+    "cos": ((-100.0, 100.0), 1.0),
+    "erf": ((-4.0, 4.0), 1.0),
+    "tanh": ((-10.0, 10.0), 2.0),
+}
+
+
+def _ulp_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    """The largest |got - want| in float32 spacings at want."""
+    w = want.float().abs()
+    spacing = (torch.nextafter(w, torch.full_like(w, float("inf"))) - w).double()
+    return ((got.double() - want).abs() / spacing).max().item()
+
+
+def _op(name: str, device: str) -> Callable[[], None]:
+    (low, high), _ = OPS[name]
+    g = torch.Generator().manual_seed(0)
+    x = (torch.rand(N, generator=g, dtype=torch.float64) * (high - low) + low).float().to(device)
+    fn = getattr(torch, name)
+
+    def run() -> None:
+        fn(x)
+        if device != "cpu":
+            torch.flemu.synchronize()
+
+    run()
+    return run
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_math_flemu(benchmark, name: str) -> None:  # noqa: ANN001
+    assert torch_fl.get_plugin() is not None, "the benchmark needs the flemu plugin"
+    (low, high), bound = OPS[name]
+    g = torch.Generator().manual_seed(1)
+    x = (torch.rand(N, generator=g, dtype=torch.float64) * (high - low) + low).float()
+    with torch_fl.fallback_mode("error"):
+        got = getattr(torch, name)(x.to("flemu")).cpu()
+    error = _ulp_error(got, getattr(torch, name)(x.double()))
+    assert error <= bound, f"flemu's {name} is {error:.2f} ulp from float64 (bound {bound})"
+    benchmark.extra_info.update(target=1.1)
+    with torch_fl.fallback_mode("error"):
+        interleaved(benchmark, _op(name, "flemu"), _op(name, "cpu"),
+                    f"CPU {name}, interleaved", rounds=30, warmup=20)
