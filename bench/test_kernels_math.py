@@ -4,8 +4,9 @@ range a model feeds it (sin and cos up to 100 in magnitude, as rotary
 position embeddings do). Ratio of medians flemu / CPU (target: <= 1.1x), the
 two sides timed in the same rounds (_interleave.py); nothing fails on a time.
 Before timing, each op's flemu result is held to float64 within the bound its
-float32 form keeps (support/fast_math.h: 1 ulp, log1p 2), so a fast kernel
-that got less accurate fails here instead of reporting a ratio."""
+float32 form keeps (support/fast_math.h: 1 ulp; log1p and tanh 2, sigmoid
+2.5 and silu 3.5, built from exp; rounding exact), so a fast kernel that got
+less accurate fails here instead of reporting a ratio."""
 
 from __future__ import annotations
 
@@ -28,7 +29,15 @@ OPS = {
     "cos": ((-100.0, 100.0), 1.0),
     "erf": ((-4.0, 4.0), 1.0),
     "tanh": ((-10.0, 10.0), 2.0),
+    "sigmoid": ((-10.0, 10.0), 2.5),
+    "silu": ((-10.0, 10.0), 3.5),
+    "floor": ((-100.0, 100.0), 0.0),
+    "round": ((-100.0, 100.0), 0.0),
 }
+
+
+def _function(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    return getattr(torch, name, None) or getattr(torch.nn.functional, name)
 
 
 def _ulp_error(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -42,7 +51,7 @@ def _op(name: str, device: str) -> Callable[[], None]:
     (low, high), _ = OPS[name]
     g = torch.Generator().manual_seed(0)
     x = (torch.rand(N, generator=g, dtype=torch.float64) * (high - low) + low).float().to(device)
-    fn = getattr(torch, name)
+    fn = _function(name)
 
     def run() -> None:
         fn(x)
@@ -60,8 +69,8 @@ def test_math_flemu(benchmark, name: str) -> None:  # noqa: ANN001
     g = torch.Generator().manual_seed(1)
     x = (torch.rand(N, generator=g, dtype=torch.float64) * (high - low) + low).float()
     with torch_fl.fallback_mode("error"):
-        got = getattr(torch, name)(x.to("flemu")).cpu()
-    error = _ulp_error(got, getattr(torch, name)(x.double()))
+        got = _function(name)(x.to("flemu")).cpu()
+    error = _ulp_error(got, _function(name)(x.double()))
     assert error <= bound, f"flemu's {name} is {error:.2f} ulp from float64 (bound {bound})"
     benchmark.extra_info.update(target=1.1)
     with torch_fl.fallback_mode("error"):

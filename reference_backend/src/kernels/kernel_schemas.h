@@ -36,6 +36,11 @@
   S("aten::sin", "aten::sin(Tensor self) -> Tensor") \
   S("aten::cos", "aten::cos(Tensor self) -> Tensor") \
   S("aten::erf", "aten::erf(Tensor self) -> Tensor") \
+  S("aten::floor", "aten::floor(Tensor self) -> Tensor") \
+  S("aten::ceil", "aten::ceil(Tensor self) -> Tensor") \
+  S("aten::trunc", "aten::trunc(Tensor self) -> Tensor") \
+  S("aten::round", "aten::round(Tensor self) -> Tensor") \
+  S("aten::frac", "aten::frac(Tensor self) -> Tensor") \
   S("aten::sign", "aten::sign(Tensor self) -> Tensor") \
   S("aten::abs", "aten::abs(Tensor self) -> Tensor") \
   S("aten::pow.Tensor_Scalar", "aten::pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor") \

@@ -104,6 +104,11 @@ constexpr MinimalProfile kVendorCopy{true, 0, kAll};
   X(kSin, "aten::sin", kernel_sin, kFloats, 0, kFullOnly) \
   X(kCos, "aten::cos", kernel_cos, kFloats, 0, kFullOnly) \
   X(kErf, "aten::erf", kernel_erf, kFloats, 0, kFullOnly) \
+  X(kFloor, "aten::floor", kernel_floor, kFloats, 0, kFullOnly) \
+  X(kCeil, "aten::ceil", kernel_ceil, kFloats, 0, kFullOnly) \
+  X(kTrunc, "aten::trunc", kernel_trunc, kFloats, 0, kFullOnly) \
+  X(kRound, "aten::round", kernel_round, kFloats, 0, kFullOnly) \
+  X(kFrac, "aten::frac", kernel_frac, kFloats, 0, kFullOnly) \
   X(kSign, "aten::sign", kernel_sign, kInts | kFloats, 0, kFullOnly) \
   X(kAbs, "aten::abs", kernel_abs_table, kInts | kFloats, 0, kFullOnly) \
   X(kPowTensorScalar, "aten::pow.Tensor_Scalar", kernel_pow_tensor_scalar, kFloats, 0, kFullOnly) \

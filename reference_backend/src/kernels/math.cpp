@@ -1,4 +1,5 @@
-// Elementwise math: exp/log/log1p/sqrt/rsqrt/reciprocal/sin/cos/erf/sign,
+// Elementwise math: exp/log/log1p/sqrt/rsqrt/reciprocal/sin/cos/erf,
+// floor/ceil/trunc/round/frac/sign,
 // pow (three overloads), clamp (scalar and tensor bounds, clamp_min/clamp_max
 // with a scalar or a tensor bound), minimum/maximum,
 // abs for every dtype, and the optimizer helpers addcmul/addcdiv/lerp.
@@ -159,6 +160,24 @@ TFL_Error* kernel_erf(const TFL_Kernel_Args* a) {
   return run_kernel(a, kErf, [&](Launch& L) {
     launch_float_unary(L, "erf", [](auto x) { return erf_of(x); }, kTranscendentalGrain);
   });
+}
+
+// Rounding to an integral value (round: half to even, as PyTorch's), and
+// frac = x - trunc(x); SSE4.1 and later builds round whole vectors.
+TFL_Error* kernel_floor(const TFL_Kernel_Args* a) {
+  return unary(a, kFloor, "floor", [](auto x) { return std::floor(x); });
+}
+TFL_Error* kernel_ceil(const TFL_Kernel_Args* a) {
+  return unary(a, kCeil, "ceil", [](auto x) { return std::ceil(x); });
+}
+TFL_Error* kernel_trunc(const TFL_Kernel_Args* a) {
+  return unary(a, kTrunc, "trunc", [](auto x) { return std::trunc(x); });
+}
+TFL_Error* kernel_round(const TFL_Kernel_Args* a) {
+  return unary(a, kRound, "round", [](auto x) { return std::nearbyint(x); });
+}
+TFL_Error* kernel_frac(const TFL_Kernel_Args* a) {
+  return unary(a, kFrac, "frac", [](auto x) { return x - std::trunc(x); });
 }
 
 TFL_Error* kernel_sign(const TFL_Kernel_Args* args) {
