@@ -3,7 +3,8 @@
 // error for denormal results), 0 / inf / NaN where expf gives them; erf, log,
 // sin and cos within 1 ulp, log1p within 2 (sin and cos through sincos_array,
 // libm beyond its range, over every 61st float up to 2^21); the special
-// values libm gives. Prints "N checks, F failures" and the worst errors.
+// values libm gives; exp_nonpositive_f32 is exp_f32 on non-positive
+// arguments, and sigmoid_of its two quotients, bit for bit. Prints "N checks, F failures" and the worst errors.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -129,6 +130,19 @@ int main() {
   std::vector<float> in_place = angles;
   flemu::sincos_array<true>(in_place.data(), in_place.data(), static_cast<int64_t>(in_place.size()));
   expect(std::memcmp(in_place.data(), cosines.data(), cosines.size() * sizeof(float)) == 0, "cos in place", 0, 0, 0);
+  // exp_nonpositive_f32 (sigmoid's and gelu's) is exp_f32 wherever its argument is not positive.
+  for (uint32_t b = 0x80000000u; b <= 0xff800000u; b += 13) {
+    const float x = from_bits(b), a = flemu::exp_f32(x), c = flemu::exp_nonpositive_f32(x);
+    expect(std::memcmp(&a, &c, sizeof a) == 0, "exp_nonpositive_f32 = exp_f32", x, c, a);
+  }
+  // sigmoid_of: one division of the chosen numerator, the bits of 1 / (1 + e) and e / (1 + e).
+  for (uint32_t b = 0; b < 0xff800000u; b += 41) {
+    const float x = from_bits(b), e = flemu::exp_f32(x >= 0.0f ? -x : x);
+    const float want = x >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e), got = flemu::sigmoid_of(x);
+    expect(std::memcmp(&want, &got, sizeof got) == 0, "sigmoid_of = 1 / (1 + e) or e / (1 + e)", x, got, want);
+  }
+  expect(flemu::exp_nonpositive_f32(-INFINITY) == 0.0f && std::isnan(flemu::exp_nonpositive_f32(NAN)),
+         "exp_nonpositive_f32 at -inf and NaN", -INFINITY, flemu::exp_nonpositive_f32(-INFINITY), 0);
   expect(flemu::exp_f32(-INFINITY) == 0.0f, "exp(-inf) = 0", -INFINITY, flemu::exp_f32(-INFINITY), 0);
   expect(std::isinf(flemu::exp_f32(INFINITY)), "exp(inf) = inf", INFINITY, flemu::exp_f32(INFINITY), INFINITY);
   expect(std::isnan(flemu::exp_f32(NAN)), "exp(nan) = nan", NAN, flemu::exp_f32(NAN), NAN);

@@ -30,16 +30,12 @@ inline __attribute__((always_inline)) float bits_to_float(int32_t bits) {
 }
 
 // Each is always inlined: a call in a loop stops the loop from vectorizing.
-inline __attribute__((always_inline)) float exp_f32(float x) {
-  // Beyond these, expf is inf or 0 (-104 is below the smallest denormal); NaN
-  // is replaced by 0 on the way and restored at the end. Plain selects, not
-  // fmin/fmax (library calls under IEEE rules), so the loop stays straight.
-  float xc = x < -104.0f ? -104.0f : x;
-  xc = xc > 88.8f ? 88.8f : xc;
-  xc = x != x ? 0.0f : xc;
-  // n = round(x / ln 2), by the 1.5 * 2^23 trick (valid for |x / ln 2| < 2^22).
+// exp of an argument already clamped to [-104, 88.8]: n = round(x / ln 2) by
+// the 1.5 * 2^23 trick (valid for |x / ln 2| < 2^22), r = x - n ln 2 with
+// ln 2 split so the product is exact, a polynomial for exp(r), and 2^n in two
+// factors so n from -150 to 128 scales without overflow of the exponent field.
+inline __attribute__((always_inline)) float exp_f32_clamped(float xc) {
   const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  // r = x - n ln 2, with ln 2 split so the product is exact.
   const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -48,14 +44,30 @@ inline __attribute__((always_inline)) float exp_f32(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float y = p * r * r + r + 1.0f;
-  // 2^n in two factors, so n from -150 to 128 scales without overflow of the exponent field.
   const int32_t ni = static_cast<int32_t>(n);
   const int32_t half = ni / 2;
   const float s1 = bits_to_float((half + 127) << 23), s2 = bits_to_float((ni - half + 127) << 23);
-  float out = y * s1 * s2;
+  return y * s1 * s2;
+}
+
+inline __attribute__((always_inline)) float exp_f32(float x) {
+  // Beyond these, expf is inf or 0 (-104 is below the smallest denormal); NaN
+  // is replaced by 0 on the way and restored at the end. Plain selects, not
+  // fmin/fmax (library calls under IEEE rules), so the loop stays straight.
+  float xc = x < -104.0f ? -104.0f : x;
+  xc = xc > 88.8f ? 88.8f : xc;
+  xc = x != x ? 0.0f : xc;
+  float out = exp_f32_clamped(xc);
   out = x < -104.0f ? 0.0f : out;
   out = x > 88.8f ? HUGE_VALF : out;
   return x != x ? x : out;
+}
+
+// exp_f32 of an argument known not to be positive (sigmoid's, the normal
+// PDF's), with exp_f32's bits there and three selects fewer; NaN gives NaN.
+inline __attribute__((always_inline)) float exp_nonpositive_f32(float x) {
+  const float out = exp_f32_clamped(x < -104.0f ? -104.0f : x);
+  return x < -104.0f ? 0.0f : out;
 }
 
 // erf on [0.5, 3.92] as a polynomial in t = (x - 2.21) / 1.71, lowest
@@ -105,7 +117,7 @@ inline __attribute__((always_inline)) float normal_cdf_f32(float x, float* e) {
   const float t = 1.0f / (1.0f + 0.3275911f * a);
   const float poly = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t +
                       0.254829592f) * t;
-  *e = exp_f32(-a * a);
+  *e = exp_nonpositive_f32(-a * a);
   const float half_erfc = 0.5f * poly * *e;
   return x >= 0.0f ? 1.0f - half_erfc : half_erfc;
 }
@@ -271,11 +283,13 @@ inline __attribute__((always_inline)) C sincos_of(C x) {
 
 template <class C>
 inline __attribute__((always_inline)) C sigmoid_of(C x) {
-  // exp of a non-positive argument only: no overflow for large |x|. Both
-  // branches are computed and one selected, so the loop vectorizes.
-  const C e = exp_of(x >= C(0) ? -x : x);
-  const C pos = C(1) / (C(1) + e), neg = e / (C(1) + e);
-  return x >= C(0) ? pos : neg;
+  // exp of a non-positive argument only: no overflow for large |x|. Selects,
+  // no branches, so the loop vectorizes.
+  C e;
+  if constexpr (std::is_same_v<C, float>) e = exp_nonpositive_f32(x >= 0.0f ? -x : x);
+  else e = std::exp(x >= C(0) ? -x : x);
+  // 1 / (1 + e) for x >= 0, e / (1 + e) below: one division of the chosen numerator.
+  return (x >= C(0) ? C(1) : e) / (C(1) + e);
 }
 
 // gelu's two forms: exact (through erf) and the tanh approximation.
