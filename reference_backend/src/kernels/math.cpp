@@ -43,9 +43,10 @@ C pow_of(C base, C e) {
   return std::pow(base, e);
 }
 
+// `grain`: kTranscendentalGrain for a function that costs about a nanosecond a value.
 template <class F>
-TFL_Error* unary(const TFL_Kernel_Args* args, int32_t id, const char* op, F f) {
-  return run_kernel(args, id, [&](Launch& L) { launch_float_unary(L, op, f); });
+TFL_Error* unary(const TFL_Kernel_Args* args, int32_t id, const char* op, F f, int64_t grain = kParallelGrain) {
+  return run_kernel(args, id, [&](Launch& L) { launch_float_unary(L, op, f, grain); });
 }
 
 // clamp(self, min, max) where either bound may be absent; a NaN bound makes NaN.
@@ -132,14 +133,10 @@ TFL_Error* kernel_exp(const TFL_Kernel_Args* a) {
   });
 }
 TFL_Error* kernel_log(const TFL_Kernel_Args* a) {
-  return run_kernel(a, kLog, [&](Launch& L) {
-    launch_float_unary(L, "log", [](auto x) { return log_of(x); }, kTranscendentalGrain);
-  });
+  return unary(a, kLog, "log", [](auto x) { return log_of(x); }, kTranscendentalGrain);
 }
 TFL_Error* kernel_log1p(const TFL_Kernel_Args* a) {
-  return run_kernel(a, kLog1p, [&](Launch& L) {
-    launch_float_unary(L, "log1p", [](auto x) { return log1p_of(x); }, kTranscendentalGrain);
-  });
+  return unary(a, kLog1p, "log1p", [](auto x) { return log1p_of(x); }, kTranscendentalGrain);
 }
 TFL_Error* kernel_sqrt(const TFL_Kernel_Args* a) {
   return unary(a, kSqrt, "sqrt", [](auto x) { return std::sqrt(x); });
@@ -157,9 +154,7 @@ TFL_Error* kernel_cos(const TFL_Kernel_Args* a) {
   return run_kernel(a, kCos, [&](Launch& L) { launch_sincos<true>(L, "cos"); });
 }
 TFL_Error* kernel_erf(const TFL_Kernel_Args* a) {
-  return run_kernel(a, kErf, [&](Launch& L) {
-    launch_float_unary(L, "erf", [](auto x) { return erf_of(x); }, kTranscendentalGrain);
-  });
+  return unary(a, kErf, "erf", [](auto x) { return erf_of(x); }, kTranscendentalGrain);
 }
 
 // Rounding to an integral value (round: half to even, as PyTorch's), and
