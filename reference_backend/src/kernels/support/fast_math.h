@@ -218,9 +218,19 @@ inline __attribute__((always_inline)) float sincos_f32(float x) {
   return static_cast<float>((q & 2) ? -v : v);
 }
 
-// out[i] = sin(in[i]) (or cos) for n float32 values; out may be in. Blocks
-// with every value in range run the vector form; others take libm per
-// value beyond the range, with the same bits as the vector form inside it.
+// One value's sin or cos: the vector form in range, libm beyond it (the
+// range test is a branch: loops over it do not vectorize; sincos_array's
+// in-range blocks do).
+template <bool kCos, class C>
+inline __attribute__((always_inline)) C sincos_of(C x) {
+  if constexpr (std::is_same_v<C, float>) {
+    if (trig_in_range(x)) return sincos_f32<kCos>(x);
+  }
+  return kCos ? std::cos(x) : std::sin(x);
+}
+
+// out[i] = sin(in[i]) (or cos) for n float32 values; out may be in: sincos_of
+// for each, with blocks whose every value is in range on the vector form alone.
 template <bool kCos>
 inline __attribute__((always_inline)) void sincos_array(const float* in, float* out, int64_t n) {
   constexpr int64_t kBlock = 256;
@@ -237,10 +247,7 @@ inline __attribute__((always_inline)) void sincos_array(const float* in, float* 
       std::memcpy(y, block, static_cast<size_t>(m) * sizeof(float));
       continue;
     }
-    for (int64_t i = 0; i < m; ++i) {
-      const float v = x[i];
-      y[i] = trig_in_range(v) ? sincos_f32<kCos>(v) : (kCos ? std::cos(v) : std::sin(v));
-    }
+    for (int64_t i = 0; i < m; ++i) y[i] = sincos_of<kCos>(x[i]);
   }
 }
 
@@ -271,16 +278,6 @@ inline __attribute__((always_inline)) C log1p_of(C x) {
   if constexpr (std::is_same_v<C, float>) return log1p_f32(x);
   else return std::log1p(x);
 }
-// One value's sin or cos, as sincos_array gives it (the range test is a
-// branch: loops over it do not vectorize; sincos_array's dense loops do).
-template <bool kCos, class C>
-inline __attribute__((always_inline)) C sincos_of(C x) {
-  if constexpr (std::is_same_v<C, float>) {
-    if (trig_in_range(x)) return sincos_f32<kCos>(x);
-  }
-  return kCos ? std::cos(x) : std::sin(x);
-}
-
 template <class C>
 inline __attribute__((always_inline)) C sigmoid_of(C x) {
   // exp of a non-positive argument only: no overflow for large |x|. Selects,
