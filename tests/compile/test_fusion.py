@@ -179,10 +179,11 @@ def test_transcendental_regions_match_eager_bit_for_bit(dev: torch.device, numel
 
 @pytest.mark.parametrize("numel", [1, 1000, 8193, 300_001])
 def test_math_regions_match_eager_bit_for_bit(dev: torch.device, numel: int) -> None:
-    """log, log1p, erf, sin, cos, sqrt and rsqrt in a region take the eager
-    kernels' own float32 forms (sin and cos: the vector form in range, libm
-    beyond 2^20, where x * 3e6 sends some values), so a region's values are
-    eager's bits: inside a chain, two in a row, and at a chain's end."""
+    """log, log1p, erf, sin, cos, sqrt, rsqrt, exp2, expm1 and log2 in a region
+    take the eager kernels' own float32 forms (sin and cos: the vector form in
+    range, libm beyond 2^20, where x * 3e6 sends some values; exp2, expm1 and
+    log2 evaluated in double), so a region's values are eager's bits: inside a
+    chain, two in a row, and at a chain's end."""
 
     def f(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
         a = torch.log(x.abs() + 0.5) * 2.0  # log inside a chain
@@ -190,11 +191,12 @@ def test_math_regions_match_eager_bit_for_bit(dev: torch.device, numel: int) -> 
         c = torch.erf(a - b)  # erf ends a chain
         d = torch.sin(x * 3.0e6) + torch.cos(y * 40.0)  # beyond and within sin's vector range
         e = torch.rsqrt(b + 1.0) * torch.cos(c)
-        return c, d, e - torch.sin(d)
+        h = torch.expm1(torch.exp2(c * 3.0) - 1.5) + torch.log2(b + 0.25)
+        return c, d, e - torch.sin(d), h
 
     ops = _one_region_matching_eager_bits(f, dev, numel)
     assert {"aten::log", "aten::log1p", "aten::erf", "aten::sin", "aten::cos", "aten::sqrt",
-            "aten::rsqrt"} <= set(ops), ops
+            "aten::rsqrt", "aten::exp2", "aten::expm1", "aten::log2"} <= set(ops), ops
 
 
 _UNARY = [torch.neg, torch.relu, torch.sigmoid, torch.tanh, torch.abs, torch.exp,

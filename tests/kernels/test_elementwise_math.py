@@ -1,5 +1,6 @@
 """Elementwise math kernels on flemu against the CPU: exp, log, log1p, sqrt,
-rsqrt, reciprocal, sin, cos, erf, sign, abs, pow (three overloads), clamp
+rsqrt, reciprocal, sin, cos, erf, exp2, expm1, log2, log10, tan, atan, sinh,
+cosh, asin, acos, atanh, asinh, acosh, logit (with and without eps), sign, abs, pow (three overloads), clamp
 (scalar and tensor bounds, clamp_min/clamp_max with a tensor bound),
 minimum/maximum, addcmul/addcdiv/lerp — forward,
 backward through autograd, in-place and out= variants, every declared dtype."""
@@ -20,6 +21,20 @@ UNARY = [
     ("sin", torch.sin, -4, 4),
     ("cos", torch.cos, -4, 4),
     ("erf", torch.erf, -3, 3),
+    ("exp2", torch.exp2, -20, 20),
+    ("expm1", torch.expm1, -3, 3),
+    ("log2", torch.log2, 0.01, 40),
+    ("log10", torch.log10, 0.01, 40),
+    ("tan", torch.tan, -1.4, 1.4),
+    ("atan", torch.atan, -8, 8),
+    ("sinh", torch.sinh, -4, 4),
+    ("cosh", torch.cosh, -4, 4),
+    ("asin", torch.asin, -0.95, 0.95),
+    ("acos", torch.acos, -0.95, 0.95),
+    ("atanh", torch.atanh, -0.95, 0.95),
+    ("asinh", torch.asinh, -8, 8),
+    ("acosh", torch.acosh, 1.05, 8),
+    ("logit", torch.logit, 0.05, 0.95),
 ]
 
 
@@ -208,3 +223,43 @@ def test_int_input_to_float_op_is_not_claimed_native() -> None:
     x = torch.arange(4, device="flemu")
     with pytest.raises(NotImplementedError, match="aten::exp"):
         run_native(lambda: torch.exp(x), [])
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_logit_eps_clamps_in_the_tensors_dtype(dtype: torch.dtype) -> None:
+    # With eps, inputs outside [eps, 1 - eps] are clamped (the bounds rounded
+    # to the dtype: in bfloat16 1 - 1e-6 is 1) and their gradient is 0.
+    x = torch.tensor([-0.5, 0.0, 1e-7, 0.005, 0.3, 0.995, 1.0, 1.5], dtype=dtype)
+    for eps in (1e-6, 0.01):
+        xc = x.clone().requires_grad_()
+        ref = torch.logit(xc, eps=eps)
+        ref.sum().backward()
+
+        def run(eps=eps) -> tuple[torch.Tensor, torch.Tensor]:
+            xd = x.to("flemu").requires_grad_()
+            out = torch.logit(xd, eps=eps)
+            out.sum().backward()
+            return out.detach(), xd.grad
+
+        out, grad = run_native(run, ["aten::logit", "aten::logit_backward"])
+        assert torch.equal(out.isinf(), ref.detach().isinf()), (out, ref)
+        finite = ref.detach().isfinite()
+        assert_close(out[finite], ref.detach()[finite], **tol(dtype, 4))
+        assert_close(grad, xc.grad, **tol(dtype, 4))
+
+
+@pytest.mark.parametrize("name", [u[0] for u in UNARY if u[0] in {
+    "exp2", "expm1", "log2", "log10", "tan", "atan", "sinh", "cosh", "asin", "acos", "atanh", "asinh", "acosh",
+    "logit"}])
+def test_special_values_as_the_cpu(name: str) -> None:
+    # Signed zeros, infinities, NaN, domain edges, tiny and huge arguments: the
+    # CPU's values (its NaNs where the domain ends), the sign of a zero included.
+    x = torch.tensor([0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, 1e-30, -1e-30, 1e-45, 88.0, 89.0, -104.0, 128.0, -150.0,
+                      1e6, -1e6, float("inf"), float("-inf"), float("nan")])
+    fn = getattr(torch, name)
+    out = run_native(lambda: fn(x.to("flemu")), [f"aten::{name}"])
+    ref = fn(x)
+    assert_close(out, ref, atol=0.0, rtol=3e-7)
+    zeros = ref == 0
+    assert torch.equal(out.cpu()[zeros].signbit(), ref[zeros].signbit()), (x[zeros], out[zeros], ref[zeros])
+

@@ -34,6 +34,8 @@ unary = {
     "log_softmax": lambda t: torch.log_softmax(t, -1), "softmax": lambda t: torch.softmax(t, -1),
     "mul_scalar": lambda t: t * 0.37, "clamp": lambda t: t.clamp(-0.5, 0.7),
     "dropout": lambda t: (torch.manual_seed(5), torch.native_dropout(t, 0.4, True)[0])[1],
+    "expm1": torch.expm1, "atan": torch.atan, "tan": torch.tan, "mish": F.mish, "elu": F.elu,
+    "softplus": F.softplus, "log2_abs": lambda t: torch.log2(t.abs()),
 }
 binary = {
     "add": torch.add, "mul": torch.mul, "div": torch.div, "sub_alpha": lambda a, b: torch.sub(a, b, alpha=0.3),
@@ -193,7 +195,7 @@ def regions() -> dict[str, dict[str, dict]]:
 
 def test_every_case_ran(hashes) -> None:  # noqa: ANN001
     baseline = hashes["baseline"]
-    assert len(baseline) == 3 * (2 * (15 * 2 + 8 * 2) + 4 + 6 + 3)
+    assert len(baseline) == 3 * (2 * (22 * 2 + 8 * 2) + 4 + 6 + 3)
     assert all(run.keys() == baseline.keys() for run in hashes.values())
 
 

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "../kernels/support/double_math.h"
 #include "../kernels/support/dtype.h"
 #include "../kernels/support/fast_math.h"
 #include "../kernels/support/isa.h"

@@ -1,9 +1,11 @@
 // Activations and their backward kernels: sigmoid, tanh, gelu (exact and
 // tanh approximation), silu, leaky_relu, hardtanh, threshold, and
-// threshold_backward (relu's backward). silu_backward is CompositeImplicitAutograd
+// threshold_backward (relu's backward); elu, softplus and mish (evaluated in
+// double in float32: support/double_math.h), hardswish and hardsigmoid. silu_backward is CompositeImplicitAutograd
 // (it runs as sigmoid and arithmetic). fp16/bf16 compute in float32.
 #include <cmath>
 
+#include "support/double_math.h"
 #include "support/elementwise_launch.h"
 #include "support/fast_math.h"
 #include "support/registry.h"
@@ -173,6 +175,121 @@ TFL_Error* kernel_hardtanh_backward(const TFL_Kernel_Args* args) {
     launch_float_binary(L, "hardtanh_backward", [lo, hi](auto g, auto x) {
       using C = decltype(x);
       return (x <= static_cast<C>(lo) || x >= static_cast<C>(hi)) ? C(0) : g;
+    });
+  });
+}
+
+namespace {
+
+// elu's coefficients: alpha * scale below 0, scale above, input_scale inside the exponential.
+struct EluCoefficients {
+  double alpha_scale, scale, input_scale;
+};
+
+EluCoefficients elu_coefficients(const Launch& L, size_t first) {
+  const double alpha = L.scalar_or(first, 1, "alpha").to_double();
+  const double scale = L.scalar_or(first + 1, 1, "scale").to_double();
+  return {alpha * scale, scale, L.scalar_or(first + 2, 1, "input_scale").to_double()};
+}
+
+// hardsigmoid's inner value, min(max(x + 3, 0), 6), which hardswish multiplies by x / 6 as well.
+template <class C>
+inline __attribute__((always_inline)) C relu6_of_shifted(C x) {
+  const C t = x + C(3);
+  return t < C(0) ? C(0) : (t > C(6) ? C(6) : t);
+}
+
+}  // namespace
+
+TFL_Error* kernel_elu(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kElu, [&](Launch& L) {
+    const EluCoefficients k = elu_coefficients(L, 1);
+    launch_float_unary(
+        L, "elu", [k](auto x) __attribute__((always_inline)) { return elu_of(x, k.alpha_scale, k.scale, k.input_scale); }, kTranscendentalGrain);
+  });
+}
+
+TFL_Error* kernel_elu_backward(const TFL_Kernel_Args* args) {
+  // elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result)
+  return run_kernel(args, kEluBackward, [&](Launch& L) {
+    const EluCoefficients k = elu_coefficients(L, 1);
+    const bool is_result = L.boolean_or(4, false, "is_result");
+    const TensorArg g = L.input_tensor(0, "grad_output"), x = L.input_tensor(5, "self_or_result"),
+                    out = L.output(0, "out");
+    require_same_dtype("elu_backward", out, {&g, &x});
+    const LoopPlan plan = plan_over({&out, &g, &x});
+    if (plan.numel == 0) return;
+    dispatch_floating(out.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      L.enqueue([plan, k, is_result] {
+        map_loop<T, T, T>(
+            plan, [k, is_result](C gv, C xv) __attribute__((always_inline)) { return elu_grad(gv, xv, is_result, k.alpha_scale, k.scale, k.input_scale); },
+            kTranscendentalGrain);
+      });
+    });
+  });
+}
+
+TFL_Error* kernel_softplus(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kSoftplus, [&](Launch& L) {
+    const double beta = L.scalar_or(1, 1, "beta").to_double(), threshold = L.scalar_or(2, 20, "threshold").to_double();
+    launch_float_unary(L, "softplus", [beta, threshold](auto x) __attribute__((always_inline)) {
+      using C = decltype(x);
+      return softplus_of(x, static_cast<C>(beta), static_cast<C>(threshold));
+    }, kTranscendentalGrain);
+  });
+}
+
+TFL_Error* kernel_softplus_backward(const TFL_Kernel_Args* args) {
+  // softplus_backward(grad_output, self, beta, threshold): g * sigmoid(beta x),
+  // g itself where beta x > threshold.
+  return run_kernel(args, kSoftplusBackward, [&](Launch& L) {
+    const double beta = L.scalar(2, "beta").to_double(), threshold = L.scalar(3, "threshold").to_double();
+    launch_float_binary(L, "softplus_backward", [beta, threshold](auto g, auto x) __attribute__((always_inline)) {
+      using C = decltype(x);
+      const C bx = x * static_cast<C>(beta);
+      return bx > static_cast<C>(threshold) ? g : g * sigmoid_of(bx);
+    }, kTranscendentalGrain);
+  });
+}
+
+TFL_Error* kernel_mish(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kMish, [&](Launch& L) {
+    launch_float_unary(L, "mish", [](auto x) __attribute__((always_inline)) { return mish_of(x); }, kTranscendentalGrain);
+  });
+}
+
+TFL_Error* kernel_hardsigmoid(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kHardsigmoid, [&](Launch& L) {
+    launch_float_unary(L, "hardsigmoid", [](auto x) __attribute__((always_inline)) { return relu6_of_shifted(x) / decltype(x)(6); });
+  });
+}
+
+TFL_Error* kernel_hardswish(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kHardswish, [&](Launch& L) {
+    launch_float_unary(L, "hardswish", [](auto x) __attribute__((always_inline)) { return x * relu6_of_shifted(x) / decltype(x)(6); });
+  });
+}
+
+TFL_Error* kernel_hardsigmoid_backward(const TFL_Kernel_Args* args) {
+  // g / 6 strictly inside (-3, 3), 0 elsewhere; 1/6 is PyTorch's float32
+  // constant in every dtype (its float64 gradient is 3e-8 off 1/6), so flemu
+  // gives the CPU's values.
+  return run_kernel(args, kHardsigmoidBackward, [&](Launch& L) {
+    launch_float_binary(L, "hardsigmoid_backward", [](auto g, auto x) __attribute__((always_inline)) {
+      using C = decltype(x);
+      return x > C(-3) && x < C(3) ? g * C(1.0f / 6.0f) : C(0);
+    });
+  });
+}
+
+TFL_Error* kernel_hardswish_backward(const TFL_Kernel_Args* args) {
+  // 0 up to -3, g (x / 3 + 1/2) strictly inside (-3, 3), g from 3 on and at NaN (as PyTorch's).
+  return run_kernel(args, kHardswishBackward, [&](Launch& L) {
+    launch_float_binary(L, "hardswish_backward", [](auto g, auto x) __attribute__((always_inline)) {
+      using C = decltype(x);
+      return x <= C(-3) ? C(0) : (x < C(3) ? g * (x / C(3) + C(0.5)) : g);
     });
   });
 }

@@ -41,6 +41,21 @@
   S("aten::trunc", "aten::trunc(Tensor self) -> Tensor") \
   S("aten::round", "aten::round(Tensor self) -> Tensor") \
   S("aten::frac", "aten::frac(Tensor self) -> Tensor") \
+  S("aten::exp2", "aten::exp2(Tensor self) -> Tensor") \
+  S("aten::expm1", "aten::expm1(Tensor self) -> Tensor") \
+  S("aten::log2", "aten::log2(Tensor self) -> Tensor") \
+  S("aten::log10", "aten::log10(Tensor self) -> Tensor") \
+  S("aten::tan", "aten::tan(Tensor self) -> Tensor") \
+  S("aten::atan", "aten::atan(Tensor self) -> Tensor") \
+  S("aten::sinh", "aten::sinh(Tensor self) -> Tensor") \
+  S("aten::cosh", "aten::cosh(Tensor self) -> Tensor") \
+  S("aten::asin", "aten::asin(Tensor self) -> Tensor") \
+  S("aten::acos", "aten::acos(Tensor self) -> Tensor") \
+  S("aten::atanh", "aten::atanh(Tensor self) -> Tensor") \
+  S("aten::asinh", "aten::asinh(Tensor self) -> Tensor") \
+  S("aten::acosh", "aten::acosh(Tensor self) -> Tensor") \
+  S("aten::logit", "aten::logit(Tensor self, float? eps=None) -> Tensor") \
+  S("aten::logit_backward", "aten::logit_backward(Tensor grad_output, Tensor self, float? eps=None) -> Tensor") \
   S("aten::sign", "aten::sign(Tensor self) -> Tensor") \
   S("aten::abs", "aten::abs(Tensor self) -> Tensor") \
   S("aten::pow.Tensor_Scalar", "aten::pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor") \
@@ -71,6 +86,15 @@
   S("aten::leaky_relu_backward", "aten::leaky_relu_backward(Tensor grad_output, Tensor self, Scalar negative_slope, bool self_is_result) -> Tensor") \
   S("aten::threshold_backward", "aten::threshold_backward(Tensor grad_output, Tensor self, Scalar threshold) -> Tensor") \
   S("aten::hardtanh_backward", "aten::hardtanh_backward(Tensor grad_output, Tensor self, Scalar min_val, Scalar max_val) -> Tensor") \
+  S("aten::elu", "aten::elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor") \
+  S("aten::elu_backward", "aten::elu_backward(Tensor grad_output, Scalar alpha, Scalar scale, Scalar input_scale, bool is_result, Tensor self_or_result) -> Tensor") \
+  S("aten::softplus", "aten::softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor") \
+  S("aten::softplus_backward", "aten::softplus_backward(Tensor grad_output, Tensor self, Scalar beta, Scalar threshold) -> Tensor") \
+  S("aten::mish", "aten::mish(Tensor self) -> Tensor") \
+  S("aten::hardsigmoid", "aten::hardsigmoid(Tensor self) -> Tensor") \
+  S("aten::hardsigmoid_backward", "aten::hardsigmoid_backward(Tensor grad_output, Tensor self) -> Tensor") \
+  S("aten::hardswish", "aten::hardswish(Tensor self) -> Tensor") \
+  S("aten::hardswish_backward", "aten::hardswish_backward(Tensor grad_output, Tensor self) -> Tensor") \
   S("aten::eq.Tensor", "aten::eq.Tensor(Tensor self, Tensor other) -> Tensor") \
   S("aten::ne.Tensor", "aten::ne.Tensor(Tensor self, Tensor other) -> Tensor") \
   S("aten::lt.Tensor", "aten::lt.Tensor(Tensor self, Tensor other) -> Tensor") \

@@ -109,6 +109,21 @@ constexpr MinimalProfile kVendorCopy{true, 0, kAll};
   X(kTrunc, "aten::trunc", kernel_trunc, kFloats, 0, kFullOnly) \
   X(kRound, "aten::round", kernel_round, kFloats, 0, kFullOnly) \
   X(kFrac, "aten::frac", kernel_frac, kFloats, 0, kFullOnly) \
+  X(kExp2, "aten::exp2", kernel_exp2, kFloats, 0, kFullOnly) \
+  X(kExpm1, "aten::expm1", kernel_expm1, kFloats, 0, kFullOnly) \
+  X(kLog2, "aten::log2", kernel_log2, kFloats, 0, kFullOnly) \
+  X(kLog10, "aten::log10", kernel_log10, kFloats, 0, kFullOnly) \
+  X(kTan, "aten::tan", kernel_tan, kFloats, 0, kFullOnly) \
+  X(kAtan, "aten::atan", kernel_atan, kFloats, 0, kFullOnly) \
+  X(kSinh, "aten::sinh", kernel_sinh, kFloats, 0, kFullOnly) \
+  X(kCosh, "aten::cosh", kernel_cosh, kFloats, 0, kFullOnly) \
+  X(kAsin, "aten::asin", kernel_asin, kFloats, 0, kFullOnly) \
+  X(kAcos, "aten::acos", kernel_acos, kFloats, 0, kFullOnly) \
+  X(kAtanh, "aten::atanh", kernel_atanh, kFloats, 0, kFullOnly) \
+  X(kAsinh, "aten::asinh", kernel_asinh, kFloats, 0, kFullOnly) \
+  X(kAcosh, "aten::acosh", kernel_acosh, kFloats, 0, kFullOnly) \
+  X(kLogit, "aten::logit", kernel_logit, kFloats, 0, kFullOnly) \
+  X(kLogitBackward, "aten::logit_backward", kernel_logit_backward, kFloats, kElementwise, kFullOnly) \
   X(kSign, "aten::sign", kernel_sign, kInts | kFloats, 0, kFullOnly) \
   X(kAbs, "aten::abs", kernel_abs_table, kInts | kFloats, 0, kFullOnly) \
   X(kPowTensorScalar, "aten::pow.Tensor_Scalar", kernel_pow_tensor_scalar, kFloats, 0, kFullOnly) \
@@ -140,6 +155,15 @@ constexpr MinimalProfile kVendorCopy{true, 0, kAll};
   X(kLeakyReluBackward, "aten::leaky_relu_backward", kernel_leaky_relu_backward, kFloats, kElementwise, kFullOnly) \
   X(kThresholdBackward, "aten::threshold_backward", kernel_threshold_backward, kInts | kFloats, kElementwise, kFullOnly) \
   X(kHardtanhBackward, "aten::hardtanh_backward", kernel_hardtanh_backward, kFloats, kElementwise, kFullOnly) \
+  X(kElu, "aten::elu", kernel_elu, kFloats, 0, kFullOnly) \
+  X(kEluBackward, "aten::elu_backward", kernel_elu_backward, kFloats, kElementwise, kFullOnly) \
+  X(kSoftplus, "aten::softplus", kernel_softplus, kFloats, 0, kFullOnly) \
+  X(kSoftplusBackward, "aten::softplus_backward", kernel_softplus_backward, kFloats, kElementwise, kFullOnly) \
+  X(kMish, "aten::mish", kernel_mish, kFloats, 0, kFullOnly) \
+  X(kHardsigmoid, "aten::hardsigmoid", kernel_hardsigmoid, kFloats, 0, kFullOnly) \
+  X(kHardsigmoidBackward, "aten::hardsigmoid_backward", kernel_hardsigmoid_backward, kFloats, kElementwise, kFullOnly) \
+  X(kHardswish, "aten::hardswish", kernel_hardswish, kFloats, 0, kFullOnly) \
+  X(kHardswishBackward, "aten::hardswish_backward", kernel_hardswish_backward, kFloats, kElementwise, kFullOnly) \
   /* compare.cpp */ \
   X(kEqTensor, "aten::eq.Tensor", kernel_eq_tensor, kAll, kElementwise, kFullOnly) \
   X(kNeTensor, "aten::ne.Tensor", kernel_ne_tensor, kAll, kElementwise, kFullOnly) \

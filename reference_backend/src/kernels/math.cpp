@@ -1,11 +1,14 @@
 // Elementwise math: exp/log/log1p/sqrt/rsqrt/reciprocal/sin/cos/erf,
-// floor/ceil/trunc/round/frac/sign,
+// exp2/expm1/log2/log10/tan/atan/sinh/cosh/asin/acos/atanh/asinh/acosh,
+// logit and its backward, floor/ceil/trunc/round/frac/sign,
 // pow (three overloads), clamp (scalar and tensor bounds, clamp_min/clamp_max
 // with a scalar or a tensor bound), minimum/maximum,
 // abs for every dtype, and the optimizer helpers addcmul/addcdiv/lerp.
 // fp16/bf16 compute in float32.
 #include <cmath>
+#include <limits>
 
+#include "support/double_math.h"
 #include "support/elementwise_launch.h"
 #include "support/elementwise_ops.h"
 #include "support/fast_math.h"
@@ -89,14 +92,14 @@ float fast_exp(float x) {
   return std::ldexp(p, static_cast<int>(n));
 }
 
-// sin or cos: float32 runs with unit strides through sincos_array (vector
+// sin, cos or tan: float32 runs with unit strides through trig_array (vector
 // form, libm beyond its range), everything else one value at a time with the
-// same bits (sincos_of).
-template <bool kCos>
-void launch_sincos(const Launch& L, const char* op) {
+// same bits (trig_of).
+template <Trig kFn>
+void launch_trig(const Launch& L, const char* op) {
   const TensorArg self = L.input_tensor(0, "self"), out = L.output(0, "out");
   if (self.dtype != TFL_DTYPE_FLOAT32 || out.dtype != TFL_DTYPE_FLOAT32) {
-    launch_float_unary(L, op, [](auto x) { return sincos_of<kCos>(x); }, kTranscendentalGrain);
+    launch_float_unary(L, op, [](auto x) { return trig_of<kFn>(x); }, kTranscendentalGrain);
     return;
   }
   const LoopPlan plan = plan_over({&out, &self});
@@ -106,12 +109,12 @@ void launch_sincos(const Launch& L, const char* op) {
         plan,
         [](char* const* ptr, const int64_t* st, int64_t n) __attribute__((always_inline)) {
           if (st[0] == sizeof(float) && st[1] == sizeof(float)) {
-            sincos_array<kCos>(reinterpret_cast<const float*>(ptr[1]), reinterpret_cast<float*>(ptr[0]), n);
+            trig_array<kFn>(reinterpret_cast<const float*>(ptr[1]), reinterpret_cast<float*>(ptr[0]), n);
             return;
           }
           for (int64_t i = 0; i < n; ++i) {
             *reinterpret_cast<float*>(ptr[0] + i * st[0]) =
-                sincos_of<kCos>(*reinterpret_cast<const float*>(ptr[1] + i * st[1]));
+                trig_of<kFn>(*reinterpret_cast<const float*>(ptr[1] + i * st[1]));
           }
         },
         kTranscendentalGrain);
@@ -148,13 +151,101 @@ TFL_Error* kernel_reciprocal(const TFL_Kernel_Args* a) {
   return unary(a, kReciprocal, "reciprocal", [](auto x) { return decltype(x)(1) / x; });
 }
 TFL_Error* kernel_sin(const TFL_Kernel_Args* a) {
-  return run_kernel(a, kSin, [&](Launch& L) { launch_sincos<false>(L, "sin"); });
+  return run_kernel(a, kSin, [&](Launch& L) { launch_trig<Trig::Sin>(L, "sin"); });
 }
 TFL_Error* kernel_cos(const TFL_Kernel_Args* a) {
-  return run_kernel(a, kCos, [&](Launch& L) { launch_sincos<true>(L, "cos"); });
+  return run_kernel(a, kCos, [&](Launch& L) { launch_trig<Trig::Cos>(L, "cos"); });
 }
 TFL_Error* kernel_erf(const TFL_Kernel_Args* a) {
   return unary(a, kErf, "erf", [](auto x) { return erf_of(x); }, kTranscendentalGrain);
+}
+TFL_Error* kernel_tan(const TFL_Kernel_Args* a) {
+  return run_kernel(a, kTan, [&](Launch& L) { launch_trig<Trig::Tan>(L, "tan"); });
+}
+
+// The float32 functions evaluated in double (support/double_math.h).
+#define FLEMU_DOUBLE_MATH_KERNEL(name, id)                                                                 \
+  TFL_Error* kernel_##name(const TFL_Kernel_Args* a) {                                                   \
+    return unary(a, id, #name, [](auto x) __attribute__((always_inline)) { return name##_of(x); }, kTranscendentalGrain);  \
+  }
+FLEMU_DOUBLE_MATH_KERNEL(exp2, kExp2)
+FLEMU_DOUBLE_MATH_KERNEL(expm1, kExpm1)
+FLEMU_DOUBLE_MATH_KERNEL(log2, kLog2)
+FLEMU_DOUBLE_MATH_KERNEL(log10, kLog10)
+FLEMU_DOUBLE_MATH_KERNEL(atan, kAtan)
+FLEMU_DOUBLE_MATH_KERNEL(sinh, kSinh)
+FLEMU_DOUBLE_MATH_KERNEL(cosh, kCosh)
+FLEMU_DOUBLE_MATH_KERNEL(asin, kAsin)
+FLEMU_DOUBLE_MATH_KERNEL(acos, kAcos)
+FLEMU_DOUBLE_MATH_KERNEL(atanh, kAtanh)
+FLEMU_DOUBLE_MATH_KERNEL(asinh, kAsinh)
+FLEMU_DOUBLE_MATH_KERNEL(acosh, kAcosh)
+#undef FLEMU_DOUBLE_MATH_KERNEL
+
+namespace {
+
+// logit(self, eps) and logit_backward(grad_output, self, eps): the interval
+// outside which logit clamps and its gradient is 0 (`outside`): with eps,
+// [eps, 1 - eps] computed in the tensor's own dtype, as PyTorch's are (in
+// bfloat16, 1 - 1e-6 is 1); without, logit clamps nothing and its gradient
+// is NaN outside [0, 1]. Plain values, no flag, so the loops vectorize.
+template <class T>
+struct LogitBounds {
+  compute_t<T> lo, hi, outside;
+};
+
+template <class T>
+LogitBounds<T> logit_bounds(const Launch& L, size_t i, bool forward) {
+  using C = compute_t<T>;
+  if (!L.has_input(i)) {
+    const C inf = std::numeric_limits<C>::infinity();
+    return forward ? LogitBounds<T>{-inf, inf, 0} : LogitBounds<T>{0, 1, std::numeric_limits<C>::quiet_NaN()};
+  }
+  const T lo = static_cast<T>(L.scalar(i, "eps").to_double());
+  return {static_cast<C>(lo), static_cast<C>(static_cast<T>(T(1) - lo)), 0};
+}
+
+}  // namespace
+
+TFL_Error* kernel_logit(const TFL_Kernel_Args* args) {
+  return run_kernel(args, kLogit, [&](Launch& L) {
+    const TensorArg self = L.input_tensor(0, "self"), out = L.output(0, "out");
+    require_same_dtype("logit", out, {&self});
+    const LoopPlan plan = plan_over({&out, &self});
+    if (plan.numel == 0) return;
+    dispatch_floating(out.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      const LogitBounds<T> b = logit_bounds<T>(L, 1, true);
+      const C lo = b.lo, hi = b.hi;
+      L.enqueue([plan, lo, hi] {
+        map_loop<T, T>(
+            plan, [lo, hi](C x) __attribute__((always_inline)) { return logit_of(x < lo ? lo : (x > hi ? hi : x)); },
+            kTranscendentalGrain);
+      });
+    });
+  });
+}
+
+TFL_Error* kernel_logit_backward(const TFL_Kernel_Args* args) {
+  // grad_output / (x (1 - x)) inside the bounds.
+  return run_kernel(args, kLogitBackward, [&](Launch& L) {
+    const TensorArg g = L.input_tensor(0, "grad_output"), x = L.input_tensor(1, "self"), out = L.output(0, "out");
+    require_same_dtype("logit_backward", out, {&g, &x});
+    const LoopPlan plan = plan_over({&out, &g, &x});
+    if (plan.numel == 0) return;
+    dispatch_floating(out.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      const LogitBounds<T> b = logit_bounds<T>(L, 2, false);
+      const C lo = b.lo, hi = b.hi, outside = b.outside;
+      L.enqueue([plan, lo, hi, outside] {
+        map_loop<T, T, T>(plan, [lo, hi, outside](C gv, C xv) __attribute__((always_inline)) {
+          return xv < lo || xv > hi ? outside : gv / (xv * (C(1) - xv));
+        });
+      });
+    });
+  });
 }
 
 // Rounding to an integral value (round: half to even, as PyTorch's), and

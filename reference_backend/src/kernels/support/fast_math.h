@@ -1,7 +1,7 @@
-// float32 exp, erf, tanh, log, log1p, sin and cos without libm calls or
+// float32 exp, erf, tanh, log, log1p, sin, cos and tan without libm calls or
 // branches, so loops over them vectorize (libm's are scalar calls): used
 // where a kernel evaluates them per element (exp, erf, tanh, log, log1p, sin,
-// cos, gelu in both forms and their backward, softmax and log-softmax). The
+// cos, tan, gelu in both forms and their backward, softmax and log-softmax). The
 // activations built from them
 // (sigmoid, gelu and its gradient) are defined here once, for the eager
 // kernels and the fused-region executor alike, so a compiled region gives
@@ -10,7 +10,7 @@
 // 1 ulp of the true value, with 0, inf and NaN where expf gives them. erf:
 // its Taylor series below 0.5 and a polynomial in double above, within 1 ulp.
 // tanh: Cephes' odd polynomial below 0.625 in magnitude,
-// 1 - 2 / (exp(2|x|) + 1) above, within 2 ulp. log, log1p, sin and cos:
+// 1 - 2 / (exp(2|x|) + 1) above, within 2 ulp. log, log1p, sin, cos and tan:
 // below, each with its method and bound.
 #ifndef FLEMU_KERNELS_SUPPORT_FAST_MATH_H_
 #define FLEMU_KERNELS_SUPPORT_FAST_MATH_H_
@@ -181,20 +181,23 @@ inline __attribute__((always_inline)) float log1p_f32(float x) {
   return x == HUGE_VALF ? x : out;
 }
 
-// sin and cos for |x| < kTrigLimit (callers take libm beyond, and for inf
-// and NaN: trig_in_range): x - k pi/2 in double with pi/2 in two parts, the
-// first of 33 bits so k times it is exact (k < 2^20), which leaves the
-// remainder accurate to about 1e-20; then sin or cos of the remainder in
+// sin, cos and tan for |x| < kTrigLimit (callers take libm beyond, and for
+// inf and NaN: trig_in_range): x - k pi/2 in double with pi/2 in two parts,
+// the first of 33 bits so k times it is exact (k < 2^20), which leaves the
+// remainder accurate to about 1e-20; then sin and cos of the remainder in
 // [-pi/4, pi/4] by Taylor polynomials in double (truncation below 2e-10
-// relative), rounded once to float: within 1 ulp.
+// relative), and the result (tan: their quotient) rounded once to float:
+// within 1 ulp.
 constexpr float kTrigLimit = 1048576.0f;  // 2^20
+
+enum class Trig { Sin, Cos, Tan };
 
 inline __attribute__((always_inline)) bool trig_in_range(float x) {
   return std::fabs(x) < kTrigLimit;
 }
 
-template <bool kCos>
-inline __attribute__((always_inline)) float sincos_f32(float x) {
+template <Trig kFn>
+inline __attribute__((always_inline)) float trig_f32(float x) {
   const double xd = x;
   // k = round(x * 2 / pi), by the 1.5 * 2^52 trick.
   const double k = (xd * 0.63661977236758134308 + 6755399441055744.0) - 6755399441055744.0;
@@ -212,27 +215,30 @@ inline __attribute__((always_inline)) float sincos_f32(float x) {
   pc = pc * s + 1.0 / 24.0;
   pc = pc * s - 0.5;
   const double cos_r = 1.0 + s * pc;
+  const int32_t q = static_cast<int32_t>(k) + (kFn == Trig::Cos ? 1 : 0);
+  // tan(x) is tan r for even k, -1 / tan r for odd k.
+  if constexpr (kFn == Trig::Tan) return static_cast<float>((q & 1) ? -cos_r / sin_r : sin_r / cos_r);
   // sin(x) is sin r, cos r, -sin r, -cos r for k = 0, 1, 2, 3 mod 4; cos(x) is sin(x + pi/2).
-  const int32_t q = static_cast<int32_t>(k) + (kCos ? 1 : 0);
   const double v = (q & 1) ? cos_r : sin_r;
   return static_cast<float>((q & 2) ? -v : v);
 }
 
-// One value's sin or cos: the vector form in range, libm beyond it (the
-// range test is a branch: loops over it do not vectorize; sincos_array's
+// One value's sin, cos or tan: the vector form in range, libm beyond it (the
+// range test is a branch: loops over it do not vectorize; trig_array's
 // in-range blocks do).
-template <bool kCos, class C>
-inline __attribute__((always_inline)) C sincos_of(C x) {
+template <Trig kFn, class C>
+inline __attribute__((always_inline)) C trig_of(C x) {
   if constexpr (std::is_same_v<C, float>) {
-    if (trig_in_range(x)) return sincos_f32<kCos>(x);
+    if (trig_in_range(x)) return trig_f32<kFn>(x);
   }
-  return kCos ? std::cos(x) : std::sin(x);
+  if constexpr (kFn == Trig::Tan) return std::tan(x);
+  return kFn == Trig::Cos ? std::cos(x) : std::sin(x);
 }
 
-// out[i] = sin(in[i]) (or cos) for n float32 values; out may be in: sincos_of
-// for each, with blocks whose every value is in range on the vector form alone.
-template <bool kCos>
-inline __attribute__((always_inline)) void sincos_array(const float* in, float* out, int64_t n) {
+// out[i] = sin(in[i]) (or cos, tan) for n float32 values; out may be in:
+// trig_of for each, with blocks whose every value is in range on the vector form alone.
+template <Trig kFn>
+inline __attribute__((always_inline)) void trig_array(const float* in, float* out, int64_t n) {
   constexpr int64_t kBlock = 256;
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t m = n - b < kBlock ? n - b : kBlock;
@@ -243,11 +249,11 @@ inline __attribute__((always_inline)) void sincos_array(const float* in, float* 
     if (out_of_range == 0) {
       // Through a local block: the loop then vectorizes where out is in as well.
       float block[kBlock];
-      for (int64_t i = 0; i < m; ++i) block[i] = sincos_f32<kCos>(x[i]);
+      for (int64_t i = 0; i < m; ++i) block[i] = trig_f32<kFn>(x[i]);
       std::memcpy(y, block, static_cast<size_t>(m) * sizeof(float));
       continue;
     }
-    for (int64_t i = 0; i < m; ++i) y[i] = sincos_of<kCos>(x[i]);
+    for (int64_t i = 0; i < m; ++i) y[i] = trig_of<kFn>(x[i]);
   }
 }
 

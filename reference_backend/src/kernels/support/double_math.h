@@ -1,0 +1,317 @@
+// float32 functions evaluated in double, without libm calls or branches, so
+// loops over them vectorize: exp2, expm1, log2, log10, sinh, cosh, atan,
+// asin, acos, atanh, asinh, acosh, logit, and the activations elu (with its
+// gradient), softplus and mish. Each evaluates its formula in double from a
+// float32 argument, with relative error near 1e-13, and rounds once to float: within
+// 1 ulp of the true value (reference_backend/tests/fast_math_check.cpp holds
+// each to float64 libm). Formulas are chosen so that nothing cancels: expm1
+// near 0, acos near 1 and atanh near 0 are computed from small quantities
+// directly. Double inputs take libm (the *_of dispatchers).
+// The building blocks: exp_parts (exp and expm1 of a double argument),
+// log_f64 and log1p_f64 (of a double argument), atan_f64.
+#ifndef FLEMU_KERNELS_SUPPORT_DOUBLE_MATH_H_
+#define FLEMU_KERNELS_SUPPORT_DOUBLE_MATH_H_
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+namespace flemu {
+
+inline __attribute__((always_inline)) double bits_to_double(int64_t bits) {
+  double d;
+  std::memcpy(&d, &bits, sizeof d);
+  return d;
+}
+
+inline __attribute__((always_inline)) int64_t double_to_bits(double d) {
+  int64_t bits;
+  std::memcpy(&bits, &d, sizeof bits);
+  return bits;
+}
+
+// 1.5 * 2^52: adding it rounds a double below 2^51 in magnitude to an integer,
+// held in the sum's low mantissa bits (no double-to-int64 conversion, which
+// AVX2 has no vector form of).
+constexpr double kRoundMagic = 6755399441055744.0;
+
+// exp(x) = scale * (1 + m1) for x in [-708, 708] (callers clamp): n =
+// round(x / ln 2), r = x - n ln 2 with ln 2 in two parts (the first of 32
+// bits, so n times it is exact), |r| <= 0.35, m1 = expm1(r) from its Taylor
+// series to r^11 (truncation below 3e-14 relative), scale = 2^n from the bits.
+struct ExpParts {
+  double scale, m1;
+};
+
+inline __attribute__((always_inline)) ExpParts exp_parts(double x) {
+  const double shifted = x * 1.44269504088896340736 + kRoundMagic;
+  const double n = shifted - kRoundMagic;
+  const int64_t ni = double_to_bits(shifted) - double_to_bits(kRoundMagic);
+  const double r = (x - n * 6.93147180369123816490e-01) - n * 1.90821492927058770002e-10;
+  double p = 1.0 / 39916800.0;
+  p = p * r + 1.0 / 3628800.0;
+  p = p * r + 1.0 / 362880.0;
+  p = p * r + 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  return {bits_to_double((ni + 1023) << 52), r + r * r * p};
+}
+
+// x clamped to exp_parts' range; NaN becomes 0 (callers restore it).
+inline __attribute__((always_inline)) double exp_argument(double x) {
+  double xc = x < -708.0 ? -708.0 : x;
+  xc = xc > 708.0 ? 708.0 : xc;
+  return x != x ? 0.0 : xc;
+}
+
+// exp and expm1 of a double argument, for float32 results: above 708 they
+// are those of 708 (inf once rounded to float); below -708, 0 and expm1(-708)
+// (-1 in float). NaN gives NaN.
+inline __attribute__((always_inline)) double exp_f64(double x) {
+  const ExpParts e = exp_parts(exp_argument(x));
+  const double out = x < -708.0 ? 0.0 : e.scale + e.scale * e.m1;
+  return x != x ? x : out;
+}
+
+inline __attribute__((always_inline)) double expm1_f64(double x) {
+  const ExpParts e = exp_parts(exp_argument(x));
+  // scale - 1 is exact; where n is 0 the result is m1 itself, with no cancellation.
+  const double out = e.scale * e.m1 + (e.scale - 1.0);
+  return x != x || x == 0.0 ? x : out;  // NaN, and -0 (m1 is +0 there)
+}
+
+// log(x) for a double x: x = 2^e m with m in [sqrt(1/2), sqrt(2)), f = m - 1
+// (exact), log(1 + f) = 2 atanh(s) with s = f / (2 + f), |s| <= 0.172, from
+// its series to s^17 (truncation below 4e-14 relative), plus e ln 2. Denormal
+// doubles are not handled (no float32 argument or formula here makes one);
+// 0 gives -inf, negatives NaN, inf inf.
+inline __attribute__((always_inline)) double log_f64(double x) {
+  const uint64_t bits = static_cast<uint64_t>(double_to_bits(x));
+  const double m = bits_to_double(static_cast<int64_t>((bits & 0x000fffffffffffffULL) | 0x3ff0000000000000ULL));
+  const bool high = m > 1.41421356237309504880;  // m in [1, 2) here
+  // The exponent field (x is positive here; others are replaced below) as a
+  // double through the rounding constant: e + 1.5 * 2^52 - 1.5 * 2^52.
+  const int64_t e = static_cast<int64_t>((bits >> 52) & 0x7ff) - 1023 + (high ? 1 : 0);
+  const double ed = bits_to_double(double_to_bits(kRoundMagic) + e) - kRoundMagic;
+  const double f = high ? m * 0.5 - 1.0 : m - 1.0;
+  const double s = f / (2.0 + f), z = s * s;
+  double p = 1.0 / 17.0;
+  p = p * z + 1.0 / 15.0;
+  p = p * z + 1.0 / 13.0;
+  p = p * z + 1.0 / 11.0;
+  p = p * z + 1.0 / 9.0;
+  p = p * z + 1.0 / 7.0;
+  p = p * z + 1.0 / 5.0;
+  p = p * z + 1.0 / 3.0;
+  double out = ed * 6.93147180559945309417e-01 + 2.0 * s * (1.0 + z * p);
+  out = x == HUGE_VAL ? x : out;
+  out = x == 0.0 ? -HUGE_VAL : out;
+  out = x < 0.0 ? std::numeric_limits<double>::quiet_NaN() : out;
+  return x != x ? x : out;
+}
+
+// log(1 + z) for a double z: log(u) - ((u - 1) - z) / u with u = 1 + z,
+// which takes out u's rounding to first order (z itself where u is 1).
+inline __attribute__((always_inline)) double log1p_f64(double z) {
+  const double u = 1.0 + z;
+  double out = log_f64(u) - ((u - 1.0) - z) / u;
+  out = u == 1.0 ? z : out;
+  out = u == 0.0 ? -HUGE_VAL : out;
+  return z == HUGE_VAL ? z : out;
+}
+
+// atan(x) for a double x: |x| > 1 becomes pi/2 - atan(1/|x|); above tan(pi/8)
+// the argument moves to (t - 1) / (t + 1) around pi/4; the series of atan
+// (u^2 <= 0.172) to u^37 leaves under 3e-15 relative. inf gives pi/2.
+inline __attribute__((always_inline)) double atan_f64(double x) {
+  const double a = std::fabs(x);
+  const bool invert = a > 1.0;
+  const double t = invert ? 1.0 / a : a;  // NaN stays NaN
+  const bool shift = t > 0.41421356237309504880;
+  const double u = shift ? (t - 1.0) / (t + 1.0) : t;
+  const double z = u * u;
+  double p = 1.0 / 37.0;
+#pragma GCC unroll 32
+  for (int k = 35; k >= 3; k -= 2) p = p * -z + 1.0 / k;  // the series' signs alternate
+  double out = u - u * z * p + (shift ? 0.78539816339744830962 : 0.0);
+  out = invert ? 1.57079632679489661923 - out : out;
+  return std::copysign(out, x);
+}
+
+// ---- float32 functions (each rounds its double once) ----
+
+// 2^x = 2^n 2^f with n = round(x) and f = x - n, exact in double; 2^f from
+// exp_parts(f ln 2). An integer x gives 2^n exactly (2^-150 rounds to 0 in
+// float, as a tie must).
+inline __attribute__((always_inline)) float exp2_f32(float x) {
+  const double xd = x < -200.0f ? -200.0 : (x > 200.0f ? 200.0 : static_cast<double>(x));
+  const double shifted = xd + kRoundMagic;
+  const double n = shifted - kRoundMagic;
+  const ExpParts e = exp_parts((xd - n) * 6.93147180559945309417e-01);
+  const double scale = bits_to_double((double_to_bits(shifted) - double_to_bits(kRoundMagic) + 1023) << 52) * e.scale;
+  const float out = static_cast<float>(scale + scale * e.m1);
+  return x != x ? x : out;
+}
+
+inline __attribute__((always_inline)) float expm1_f32(float x) { return static_cast<float>(expm1_f64(x)); }
+
+inline __attribute__((always_inline)) float log2_f32(float x) {
+  return static_cast<float>(log_f64(x) * 1.44269504088896340736);
+}
+
+inline __attribute__((always_inline)) float log10_f32(float x) {
+  return static_cast<float>(log_f64(x) * 0.43429448190325182765);
+}
+
+// sinh from expm1 (no cancellation near 0): with E = expm1(|x|),
+// sinh |x| = (E + E / (E + 1)) / 2; cosh = (e + 1/e) / 2.
+inline __attribute__((always_inline)) float sinh_f32(float x) {
+  const double em1 = expm1_f64(std::fabs(static_cast<double>(x)));
+  return static_cast<float>(std::copysign(0.5 * (em1 + em1 / (em1 + 1.0)), static_cast<double>(x)));
+}
+
+inline __attribute__((always_inline)) float cosh_f32(float x) {
+  const double e = exp_f64(std::fabs(static_cast<double>(x)));
+  return static_cast<float>(0.5 * (e + 1.0 / e));
+}
+
+inline __attribute__((always_inline)) float atan_f32(float x) { return static_cast<float>(atan_f64(x)); }
+
+// asin x = atan(x / sqrt((1 - x)(1 + x))); acos x = 2 atan(sqrt((1 - x) / (1 + x))),
+// small near x = 1 where pi/2 - asin x would cancel. 1 - x and 1 + x are
+// exact in double; |x| > 1 gives NaN through the square root.
+inline __attribute__((always_inline)) float asin_f32(float x) {
+  const double xd = x;
+  return static_cast<float>(atan_f64(xd / std::sqrt((1.0 - xd) * (1.0 + xd))));
+}
+
+inline __attribute__((always_inline)) float acos_f32(float x) {
+  const double xd = x;
+  return static_cast<float>(2.0 * atan_f64(std::sqrt((1.0 - xd) / (1.0 + xd))));
+}
+
+// atanh x = log1p(2x / (1 - x)) / 2.
+inline __attribute__((always_inline)) float atanh_f32(float x) {
+  const double xd = x;
+  return static_cast<float>(0.5 * log1p_f64(2.0 * xd / (1.0 - xd)));
+}
+
+// asinh |x| = log1p(a + a^2 / (1 + sqrt(1 + a^2))), a = |x|, and log(a) +
+// ln 2 from 2^28 on (where the two agree in double; it also takes inf); acosh x = log1p(t + sqrt(t (t + 2)))
+// with t = x - 1 exact, small near x = 1 where log(x + sqrt(x^2 - 1)) would
+// cancel; x < 1 gives NaN.
+inline __attribute__((always_inline)) float asinh_f32(float x) {
+  const double a = std::fabs(static_cast<double>(x)), a2 = a * a;
+  const double out = a > 268435456.0 ? log_f64(a) + 6.93147180559945309417e-01
+                                     : log1p_f64(a + a2 / (1.0 + std::sqrt(1.0 + a2)));
+  return static_cast<float>(std::copysign(out, static_cast<double>(x)));
+}
+
+inline __attribute__((always_inline)) float acosh_f32(float x) {
+  const double t = static_cast<double>(x) - 1.0;
+  const float out = static_cast<float>(log1p_f64(t + std::sqrt(t * (t + 2.0))));
+  return x < 1.0f ? std::numeric_limits<float>::quiet_NaN() : out;
+}
+
+// logit x = log(x / (1 - x)), x already clamped where eps is given.
+inline __attribute__((always_inline)) float logit_f32(float x) {
+  const double xd = x;
+  return static_cast<float>(log_f64(xd / (1.0 - xd)));
+}
+
+// softplus(x) = log1p(exp(beta x)) / beta where beta x <= threshold, else x.
+inline __attribute__((always_inline)) float softplus_f32(float x, float beta, float threshold) {
+  const float bx = x * beta;
+  const float soft = static_cast<float>(log1p_f64(exp_f64(bx)) / beta);
+  return bx > threshold ? x : soft;
+}
+
+// mish(x) = x tanh(softplus(x)); with e = exp(x), tanh(log1p(e)) = n / (n + 2)
+// where n = e (e + 2); beyond x = 20 the factor is 1 in float.
+inline __attribute__((always_inline)) float mish_f32(float x) {
+  const double e = exp_f64(x > 20.0f ? 20.0 : static_cast<double>(x)), n = e * (e + 2.0);
+  return static_cast<float>(static_cast<double>(x) * (n / (n + 2.0)));
+}
+
+// elu(x) = scale x for x > 0, alpha scale expm1(input_scale x) otherwise.
+inline __attribute__((always_inline)) float elu_f32(float x, double alpha_scale, double scale, double input_scale) {
+  const double xd = x;
+  const double neg = alpha_scale * expm1_f64(xd * input_scale);
+  return static_cast<float>(x > 0.0f ? xd * scale : neg);
+}
+
+// elu's gradient (PyTorch's: the lower branch at x <= 0), from the input x,
+// or from the result y where is_result: g input_scale alpha_scale exp(input_scale x),
+// g input_scale (y + alpha_scale); g scale above 0.
+inline __attribute__((always_inline)) float elu_grad_f32(float g, float x, bool is_result, double alpha_scale,
+                                                         double scale, double input_scale) {
+  const double gd = g, xd = x;
+  const double below =
+      is_result ? gd * input_scale * (xd + alpha_scale) : gd * input_scale * alpha_scale * exp_f64(xd * input_scale);
+  return static_cast<float>(x <= 0.0f ? below : gd * scale);
+}
+
+// ---- the compute type's forms: float32 above, libm for double ----
+
+#define FLEMU_DOUBLE_MATH_DISPATCH(name, f32, libm)                          \
+  template <class C>                                                         \
+  inline __attribute__((always_inline)) C name(C x) {                        \
+    if constexpr (std::is_same_v<C, float>) return f32(x);                   \
+    else return libm(x);                                                     \
+  }
+FLEMU_DOUBLE_MATH_DISPATCH(exp2_of, exp2_f32, std::exp2)
+FLEMU_DOUBLE_MATH_DISPATCH(expm1_of, expm1_f32, std::expm1)
+FLEMU_DOUBLE_MATH_DISPATCH(log2_of, log2_f32, std::log2)
+FLEMU_DOUBLE_MATH_DISPATCH(log10_of, log10_f32, std::log10)
+FLEMU_DOUBLE_MATH_DISPATCH(sinh_of, sinh_f32, std::sinh)
+FLEMU_DOUBLE_MATH_DISPATCH(cosh_of, cosh_f32, std::cosh)
+FLEMU_DOUBLE_MATH_DISPATCH(atan_of, atan_f32, std::atan)
+FLEMU_DOUBLE_MATH_DISPATCH(asin_of, asin_f32, std::asin)
+FLEMU_DOUBLE_MATH_DISPATCH(acos_of, acos_f32, std::acos)
+FLEMU_DOUBLE_MATH_DISPATCH(atanh_of, atanh_f32, std::atanh)
+FLEMU_DOUBLE_MATH_DISPATCH(asinh_of, asinh_f32, std::asinh)
+FLEMU_DOUBLE_MATH_DISPATCH(acosh_of, acosh_f32, std::acosh)
+#undef FLEMU_DOUBLE_MATH_DISPATCH
+
+template <class C>
+inline __attribute__((always_inline)) C logit_of(C x) {
+  if constexpr (std::is_same_v<C, float>) return logit_f32(x);
+  else return std::log(x / (C(1) - x));
+}
+
+template <class C>
+inline __attribute__((always_inline)) C softplus_of(C x, C beta, C threshold) {
+  if constexpr (std::is_same_v<C, float>) return softplus_f32(x, beta, threshold);
+  else return x * beta > threshold ? x : std::log1p(std::exp(x * beta)) / beta;
+}
+
+template <class C>
+inline __attribute__((always_inline)) C mish_of(C x) {
+  if constexpr (std::is_same_v<C, float>) return mish_f32(x);
+  else return x * std::tanh(std::log1p(std::exp(x)));
+}
+
+template <class C>
+inline __attribute__((always_inline)) C elu_grad(C g, C x, bool is_result, double alpha_scale, double scale,
+                                                 double input_scale) {
+  if constexpr (std::is_same_v<C, float>) return elu_grad_f32(g, x, is_result, alpha_scale, scale, input_scale);
+  else if (!(x <= C(0))) return g * C(scale);  // NaN takes this branch, as in PyTorch's
+  else if (is_result) return g * C(input_scale) * (x + C(alpha_scale));
+  else return g * C(input_scale) * C(alpha_scale) * std::exp(x * C(input_scale));
+}
+
+template <class C>
+inline __attribute__((always_inline)) C elu_of(C x, double alpha_scale, double scale, double input_scale) {
+  if constexpr (std::is_same_v<C, float>) return elu_f32(x, alpha_scale, scale, input_scale);
+  else return x > C(0) ? x * C(scale) : C(alpha_scale) * std::expm1(x * C(input_scale));
+}
+
+}  // namespace flemu
+
+#endif  // FLEMU_KERNELS_SUPPORT_DOUBLE_MATH_H_
