@@ -74,8 +74,8 @@ def test_decomposed_ops_run_on_native_parts() -> None:
 
 
 def test_decomposition_needing_non_native_parts_falls_back_to_cpu() -> None:
-    # hardswish decomposes into add/clamp/mul/div; without clamp the whole op
-    # runs on the CPU rather than half of it.
+    # hardswish decomposes into add/clamp/mul/div; without its own kernel and
+    # without clamp, the whole op runs on the CPU rather than half of it.
     out = assert_ok(run_python(
         """
         import torch, torch_fl
@@ -86,7 +86,7 @@ def test_decomposition_needing_non_native_parts_falls_back_to_cpu() -> None:
         assert torch.allclose(y.cpu(), torch.ops.aten.hardswish(x.cpu()), atol=1e-6)
         h = s.table.get("aten::hardswish")
         print(h.cpu_fallback, h.decomposed, s.table.get("aten::clamp").calls)
-        """, env={"TORCH_FL_DISABLE_KERNELS": "aten::clamp", "TORCH_FL_FALLBACK": "silent"}))
+        """, env={"TORCH_FL_DISABLE_KERNELS": "aten::clamp,aten::hardswish", "TORCH_FL_FALLBACK": "silent"}))
     assert out.split() == ["1", "0", "0"], out
 
 
