@@ -8,7 +8,8 @@
 // near 0, acos near 1 and atanh near 0 are computed from small quantities
 // directly. Double inputs take libm (the *_of dispatchers).
 // The building blocks: exp_parts (exp and expm1 of a double argument),
-// log_f64 and log1p_f64 (of a double argument), atan_f64.
+// log_f64 and log1p_f64 (of a double argument), atan_f64 (one division),
+// asin_half_f64 (none).
 #ifndef FLEMU_KERNELS_SUPPORT_DOUBLE_MATH_H_
 #define FLEMU_KERNELS_SUPPORT_DOUBLE_MATH_H_
 
@@ -126,22 +127,44 @@ inline __attribute__((always_inline)) double log1p_f64(double z) {
   return z == HUGE_VAL ? z : out;
 }
 
-// atan(x) for a double x: |x| > 1 becomes pi/2 - atan(1/|x|); above tan(pi/8)
-// the argument moves to (t - 1) / (t + 1) around pi/4; the series of atan
-// (u^2 <= 0.172) to u^37 leaves under 3e-15 relative. inf gives pi/2.
+// atan(x) for a double x, one division: with a = |x|, atan a = atan a up to
+// tan(pi/8), pi/4 + atan((a - 1) / (a + 1)) up to tan(3 pi/8), pi/2 +
+// atan(-1 / a) above, each argument at most tan(pi/8) in magnitude; then the
+// series of atan (u^2 <= 0.172) to u^37, under 3e-15 relative. inf gives
+// pi/2, NaN NaN.
 inline __attribute__((always_inline)) double atan_f64(double x) {
   const double a = std::fabs(x);
-  const bool invert = a > 1.0;
-  const double t = invert ? 1.0 / a : a;  // NaN stays NaN
-  const bool shift = t > 0.41421356237309504880;
-  const double u = shift ? (t - 1.0) / (t + 1.0) : t;
-  const double z = u * u;
+  const bool low = a <= 0.41421356237309504880, mid = a <= 2.41421356237309504880;
+  const double num = low ? a : (mid ? a - 1.0 : -1.0);
+  const double den = low ? 1.0 : (mid ? a + 1.0 : a);
+  const double offset = low ? 0.0 : (mid ? 0.78539816339744830962 : 1.57079632679489661923);
+  const double u = num / den, z = u * u;
   double p = 1.0 / 37.0;
 #pragma GCC unroll 32
   for (int k = 35; k >= 3; k -= 2) p = p * -z + 1.0 / k;  // the series' signs alternate
-  double out = u - u * z * p + (shift ? 0.78539816339744830962 : 0.0);
-  out = invert ? 1.57079632679489661923 - out : out;
-  return std::copysign(out, x);
+  return std::copysign(offset + (u - u * z * p), x);
+}
+
+// asin of z in [-1/2, 1/2]: z sum_k C(2k, k) / (4^k (2k + 1)) z^2k to k = 20
+// (z^2 <= 1/4: truncation below 4e-15 relative), no division.
+struct AsinSeries {
+  double c[21];
+  constexpr AsinSeries() : c{} {
+    double t = 1.0;  // C(2k, k) / 4^k
+    for (int k = 0; k <= 20; ++k) {
+      c[k] = t / (2 * k + 1);
+      t = t * (2 * k + 1) / (2 * k + 2);
+    }
+  }
+};
+inline constexpr AsinSeries kAsinSeries{};
+
+inline __attribute__((always_inline)) double asin_half_f64(double z) {
+  const double w = z * z;
+  double p = kAsinSeries.c[20];
+#pragma GCC unroll 32
+  for (int k = 19; k >= 1; --k) p = p * w + kAsinSeries.c[k];
+  return z + z * (w * p);
 }
 
 // ---- float32 functions (each rounds its double once) ----
@@ -183,17 +206,24 @@ inline __attribute__((always_inline)) float cosh_f32(float x) {
 
 inline __attribute__((always_inline)) float atan_f32(float x) { return static_cast<float>(atan_f64(x)); }
 
-// asin x = atan(x / sqrt((1 - x)(1 + x))); acos x = 2 atan(sqrt((1 - x) / (1 + x))),
-// small near x = 1 where pi/2 - asin x would cancel. 1 - x and 1 + x are
-// exact in double; |x| > 1 gives NaN through the square root.
+// asin and acos from asin_half_f64, with one square root and no division:
+// for |x| <= 1/2 directly (acos = pi/2 - asin), above from z = sqrt((1 - |x|) / 2)
+// (exact but for the root's rounding, and small near |x| = 1, where acos
+// is small): asin |x| = pi/2 - 2 asin z, acos x = 2 asin z, acos -|x| = pi - 2 asin z.
+// |x| > 1 gives NaN through the square root.
 inline __attribute__((always_inline)) float asin_f32(float x) {
-  const double xd = x;
-  return static_cast<float>(atan_f64(xd / std::sqrt((1.0 - xd) * (1.0 + xd))));
+  const double a = std::fabs(static_cast<double>(x));
+  const bool near = a <= 0.5;
+  const double p = asin_half_f64(near ? a : std::sqrt((1.0 - a) * 0.5));
+  return static_cast<float>(std::copysign(near ? p : 1.57079632679489661923 - 2.0 * p, static_cast<double>(x)));
 }
 
 inline __attribute__((always_inline)) float acos_f32(float x) {
-  const double xd = x;
-  return static_cast<float>(2.0 * atan_f64(std::sqrt((1.0 - xd) / (1.0 + xd))));
+  const double xd = x, a = std::fabs(xd);
+  const bool near = a <= 0.5;
+  const double p = asin_half_f64(near ? xd : std::sqrt((1.0 - a) * 0.5));
+  const double far = xd > 0.0 ? 2.0 * p : 3.14159265358979323846 - 2.0 * p;
+  return static_cast<float>(near ? 1.57079632679489661923 - p : far);
 }
 
 // atanh x = log1p(2x / (1 - x)) / 2.
