@@ -136,12 +136,12 @@ void check_double_math() {
       {"atanh", unit, map(unit, flemu::atanh_f32), atanh_ref, 0.0},
       {"asinh", all, map(all, flemu::asinh_f32), asinh_ref, 0.0},
       {"acosh", all, map(all, flemu::acosh_f32), acosh_ref, 0.0},
-      {"logit", unit, map(unit, flemu::logit_f32), logit_ref, 0.0},
-      {"softplus", all, map(all, [](float x) { return flemu::softplus_f32(x, 1.0f, 20.0f); }), softplus_ref, 0.0},
+      {"logit", unit, map(unit, flemu::logit_of<float>), logit_ref, 0.0},
+      {"softplus", all, map(all, [](float x) { return flemu::softplus_of<float>(x, 1.0f, 20.0f); }), softplus_ref, 0.0},
       {"mish", all, map(all, flemu::mish_f32), mish_ref, 0.0},
-      {"elu_grad", all, map(all, [](float x) { return flemu::elu_grad_f32(1.0f, x, false, 1.0, 1.0, 1.0); }),
+      {"elu_grad", all, map(all, [](float x) { return flemu::elu_grad<float>(1.0f, x, false, 1.0, 1.0, 1.0); }),
        elu_grad_ref, 0.0},
-      {"elu", all, map(all, [](float x) { return flemu::elu_f32(x, 1.0, 1.0, 1.0); }), elu_ref, 0.0},
+      {"elu", all, map(all, [](float x) { return flemu::elu_of<float>(x, 1.0, 1.0, 1.0); }), elu_ref, 0.0},
   };
   std::printf("worst:");
   for (const Row& r : rows) {
@@ -174,12 +174,12 @@ void check_double_math() {
          "atan(inf) = pi/2, atan(-0) = -0", INFINITY, flemu::atan_f32(INFINITY), M_PI / 2);
   expect(flemu::atanh_f32(1.0f) == INFINITY && flemu::atanh_f32(-1.0f) == -INFINITY, "atanh(+-1) = +-inf", 1,
          flemu::atanh_f32(1.0f), INFINITY);
-  expect(flemu::logit_f32(0.0f) == -INFINITY && flemu::logit_f32(1.0f) == INFINITY, "logit(0) = -inf, logit(1) = inf",
-         0, flemu::logit_f32(0.0f), -INFINITY);
+  expect(flemu::logit_of<float>(0.0f) == -INFINITY && flemu::logit_of<float>(1.0f) == INFINITY, "logit(0) = -inf, logit(1) = inf",
+         0, flemu::logit_of<float>(0.0f), -INFINITY);
   expect(flemu::acos_f32(-1.0f) == static_cast<float>(M_PI) && flemu::acos_f32(1.0f) == 0.0f, "acos(-1) = pi",
          -1, flemu::acos_f32(-1.0f), M_PI);
-  expect(flemu::softplus_f32(-INFINITY, 1.0f, 20.0f) == 0.0f && flemu::softplus_f32(30.0f, 1.0f, 20.0f) == 30.0f,
-         "softplus(-inf) = 0, above the threshold x", -INFINITY, flemu::softplus_f32(-INFINITY, 1.0f, 20.0f), 0);
+  expect(flemu::softplus_of<float>(-INFINITY, 1.0f, 20.0f) == 0.0f && flemu::softplus_of<float>(30.0f, 1.0f, 20.0f) == 30.0f,
+         "softplus(-inf) = 0, above the threshold x", -INFINITY, flemu::softplus_of<float>(-INFINITY, 1.0f, 20.0f), 0);
   expect(std::isnan(flemu::mish_f32(NAN)) && flemu::mish_f32(INFINITY) == INFINITY, "mish(nan), mish(inf)", INFINITY,
          flemu::mish_f32(INFINITY), INFINITY);
 }

@@ -6,10 +6,11 @@
 // 1 ulp of the true value (reference_backend/tests/fast_math_check.cpp holds
 // each to float64 libm). Formulas are chosen so that nothing cancels: expm1
 // near 0, acos near 1 and atanh near 0 are computed from small quantities
-// directly. Double inputs take libm (the *_of dispatchers).
-// The building blocks: exp_parts (exp and expm1 of a double argument),
-// log_f64 and log1p_f64 (of a double argument), atan_f64 (one division),
-// asin_half_f64 (none).
+// directly. Double inputs take libm (the *_of dispatchers; logit, softplus
+// and elu, one definition for both, through the wide_* functions).
+// The building blocks: round_with_pow2, exp_parts (exp and expm1 of a double
+// argument), log_f64 and log1p_f64 (of a double argument), atan_f64 (one
+// division), asin_half_f64 (none).
 #ifndef FLEMU_KERNELS_SUPPORT_DOUBLE_MATH_H_
 #define FLEMU_KERNELS_SUPPORT_DOUBLE_MATH_H_
 
@@ -38,6 +39,18 @@ inline __attribute__((always_inline)) int64_t double_to_bits(double d) {
 // AVX2 has no vector form of).
 constexpr double kRoundMagic = 6755399441055744.0;
 
+// n = round(x) for |x| < 2^51 and pow2 = 2^n for n in [-1022, 1023], both
+// from the sum x + kRoundMagic (n sits in its low mantissa bits).
+struct Rounded {
+  double n, pow2;
+};
+
+inline __attribute__((always_inline)) Rounded round_with_pow2(double x) {
+  const double shifted = x + kRoundMagic;
+  return {shifted - kRoundMagic,
+          bits_to_double((double_to_bits(shifted) - double_to_bits(kRoundMagic) + 1023) << 52)};
+}
+
 // exp(x) = scale * (1 + m1) for x in [-708, 708] (callers clamp): n =
 // round(x / ln 2), r = x - n ln 2 with ln 2 in two parts (the first of 32
 // bits, so n times it is exact), |r| <= 0.35, m1 = expm1(r) from its Taylor
@@ -47,10 +60,8 @@ struct ExpParts {
 };
 
 inline __attribute__((always_inline)) ExpParts exp_parts(double x) {
-  const double shifted = x * 1.44269504088896340736 + kRoundMagic;
-  const double n = shifted - kRoundMagic;
-  const int64_t ni = double_to_bits(shifted) - double_to_bits(kRoundMagic);
-  const double r = (x - n * 6.93147180369123816490e-01) - n * 1.90821492927058770002e-10;
+  const Rounded n = round_with_pow2(x * 1.44269504088896340736);
+  const double r = (x - n.n * 6.93147180369123816490e-01) - n.n * 1.90821492927058770002e-10;
   double p = 1.0 / 39916800.0;
   p = p * r + 1.0 / 3628800.0;
   p = p * r + 1.0 / 362880.0;
@@ -61,7 +72,7 @@ inline __attribute__((always_inline)) ExpParts exp_parts(double x) {
   p = p * r + 1.0 / 24.0;
   p = p * r + 1.0 / 6.0;
   p = p * r + 0.5;
-  return {bits_to_double((ni + 1023) << 52), r + r * r * p};
+  return {n.pow2, r + r * r * p};
 }
 
 // x clamped to exp_parts' range; NaN becomes 0 (callers restore it).
@@ -174,10 +185,9 @@ inline __attribute__((always_inline)) double asin_half_f64(double z) {
 // float, as a tie must).
 inline __attribute__((always_inline)) float exp2_f32(float x) {
   const double xd = x < -200.0f ? -200.0 : (x > 200.0f ? 200.0 : static_cast<double>(x));
-  const double shifted = xd + kRoundMagic;
-  const double n = shifted - kRoundMagic;
-  const ExpParts e = exp_parts((xd - n) * 6.93147180559945309417e-01);
-  const double scale = bits_to_double((double_to_bits(shifted) - double_to_bits(kRoundMagic) + 1023) << 52) * e.scale;
+  const Rounded n = round_with_pow2(xd);
+  const ExpParts e = exp_parts((xd - n.n) * 6.93147180559945309417e-01);
+  const double scale = n.pow2 * e.scale;
   const float out = static_cast<float>(scale + scale * e.m1);
   return x != x ? x : out;
 }
@@ -249,42 +259,11 @@ inline __attribute__((always_inline)) float acosh_f32(float x) {
   return x < 1.0f ? std::numeric_limits<float>::quiet_NaN() : out;
 }
 
-// logit x = log(x / (1 - x)), x already clamped where eps is given.
-inline __attribute__((always_inline)) float logit_f32(float x) {
-  const double xd = x;
-  return static_cast<float>(log_f64(xd / (1.0 - xd)));
-}
-
-// softplus(x) = log1p(exp(beta x)) / beta where beta x <= threshold, else x.
-inline __attribute__((always_inline)) float softplus_f32(float x, float beta, float threshold) {
-  const float bx = x * beta;
-  const float soft = static_cast<float>(log1p_f64(exp_f64(bx)) / beta);
-  return bx > threshold ? x : soft;
-}
-
 // mish(x) = x tanh(softplus(x)); with e = exp(x), tanh(log1p(e)) = n / (n + 2)
 // where n = e (e + 2); beyond x = 20 the factor is 1 in float.
 inline __attribute__((always_inline)) float mish_f32(float x) {
   const double e = exp_f64(x > 20.0f ? 20.0 : static_cast<double>(x)), n = e * (e + 2.0);
   return static_cast<float>(static_cast<double>(x) * (n / (n + 2.0)));
-}
-
-// elu(x) = scale x for x > 0, alpha scale expm1(input_scale x) otherwise.
-inline __attribute__((always_inline)) float elu_f32(float x, double alpha_scale, double scale, double input_scale) {
-  const double xd = x;
-  const double neg = alpha_scale * expm1_f64(xd * input_scale);
-  return static_cast<float>(x > 0.0f ? xd * scale : neg);
-}
-
-// elu's gradient (PyTorch's: the lower branch at x <= 0), from the input x,
-// or from the result y where is_result: g input_scale alpha_scale exp(input_scale x),
-// g input_scale (y + alpha_scale); g scale above 0.
-inline __attribute__((always_inline)) float elu_grad_f32(float g, float x, bool is_result, double alpha_scale,
-                                                         double scale, double input_scale) {
-  const double gd = g, xd = x;
-  const double below =
-      is_result ? gd * input_scale * (xd + alpha_scale) : gd * input_scale * alpha_scale * exp_f64(xd * input_scale);
-  return static_cast<float>(x <= 0.0f ? below : gd * scale);
 }
 
 // ---- the compute type's forms: float32 above, libm for double ----
@@ -310,36 +289,68 @@ FLEMU_DOUBLE_MATH_DISPATCH(acosh_of, acosh_f32, std::acosh)
 #undef FLEMU_DOUBLE_MATH_DISPATCH
 
 template <class C>
-inline __attribute__((always_inline)) C logit_of(C x) {
-  if constexpr (std::is_same_v<C, float>) return logit_f32(x);
-  else return std::log(x / (C(1) - x));
-}
-
-template <class C>
-inline __attribute__((always_inline)) C softplus_of(C x, C beta, C threshold) {
-  if constexpr (std::is_same_v<C, float>) return softplus_f32(x, beta, threshold);
-  else return x * beta > threshold ? x : std::log1p(std::exp(x * beta)) / beta;
-}
-
-template <class C>
 inline __attribute__((always_inline)) C mish_of(C x) {
   if constexpr (std::is_same_v<C, float>) return mish_f32(x);
   else return x * std::tanh(std::log1p(std::exp(x)));
 }
 
+// exp, expm1, log and log1p of a double argument at the compute type C's
+// precision: the forms above where C is float (a float32 result rounds the
+// double once), libm where C is double.
+template <class C>
+inline __attribute__((always_inline)) double wide_exp(double x) {
+  if constexpr (std::is_same_v<C, float>) return exp_f64(x);
+  else return std::exp(x);
+}
+template <class C>
+inline __attribute__((always_inline)) double wide_expm1(double x) {
+  if constexpr (std::is_same_v<C, float>) return expm1_f64(x);
+  else return std::expm1(x);
+}
+template <class C>
+inline __attribute__((always_inline)) double wide_log(double x) {
+  if constexpr (std::is_same_v<C, float>) return log_f64(x);
+  else return std::log(x);
+}
+template <class C>
+inline __attribute__((always_inline)) double wide_log1p(double x) {
+  if constexpr (std::is_same_v<C, float>) return log1p_f64(x);
+  else return std::log1p(x);
+}
+
+// logit x = log(x / (1 - x)), x already clamped where eps is given.
+template <class C>
+inline __attribute__((always_inline)) C logit_of(C x) {
+  const double xd = x;
+  return static_cast<C>(wide_log<C>(xd / (1.0 - xd)));
+}
+
+// softplus(x) = log1p(exp(beta x)) / beta where beta x <= threshold, else x.
+template <class C>
+inline __attribute__((always_inline)) C softplus_of(C x, C beta, C threshold) {
+  const C bx = x * beta;  // in C, as PyTorch's
+  const C soft = static_cast<C>(wide_log1p<C>(wide_exp<C>(bx)) / beta);
+  return bx > threshold ? x : soft;
+}
+
+// elu(x) = scale x for x > 0, alpha scale expm1(input_scale x) otherwise.
+template <class C>
+inline __attribute__((always_inline)) C elu_of(C x, double alpha_scale, double scale, double input_scale) {
+  const double xd = x;
+  return static_cast<C>(x > C(0) ? xd * scale : alpha_scale * wide_expm1<C>(xd * input_scale));
+}
+
+// elu's gradient (PyTorch's: the lower branch at x <= 0; NaN takes the
+// upper), from the input x, or from the result y where is_result:
+// g input_scale alpha_scale exp(input_scale x), g input_scale (y + alpha_scale);
+// g scale above 0.
 template <class C>
 inline __attribute__((always_inline)) C elu_grad(C g, C x, bool is_result, double alpha_scale, double scale,
                                                  double input_scale) {
-  if constexpr (std::is_same_v<C, float>) return elu_grad_f32(g, x, is_result, alpha_scale, scale, input_scale);
-  else if (!(x <= C(0))) return g * C(scale);  // NaN takes this branch, as in PyTorch's
-  else if (is_result) return g * C(input_scale) * (x + C(alpha_scale));
-  else return g * C(input_scale) * C(alpha_scale) * std::exp(x * C(input_scale));
-}
-
-template <class C>
-inline __attribute__((always_inline)) C elu_of(C x, double alpha_scale, double scale, double input_scale) {
-  if constexpr (std::is_same_v<C, float>) return elu_f32(x, alpha_scale, scale, input_scale);
-  else return x > C(0) ? x * C(scale) : C(alpha_scale) * std::expm1(x * C(input_scale));
+  const double gd = g, xd = x;
+  const double below = is_result ? gd * input_scale * (xd + alpha_scale)
+                                 : gd * input_scale * alpha_scale * wide_exp<C>(xd * input_scale);
+  return static_cast<C>(x <= C(0) ? below : gd * scale);
 }
 
 }  // namespace flemu
