@@ -31,7 +31,7 @@ namespace baseline {
 
 #if defined(FLEMU_ISA_BUILDS)
 #pragma GCC push_options
-#pragma GCC target("avx2")
+FLEMU_PRAGMA_TARGET(FLEMU_AVX2_TARGET)
 #define FLEMU_VEC_BYTES 32
 namespace avx2 {
 #include "fused_executor_impl.inc"

@@ -91,6 +91,9 @@ FLEMU_DNNL_FORWARD(dnnl_status_t, dnnl_memory_desc_query,
 FLEMU_DNNL_FORWARD(dnnl_status_t, dnnl_memory_destroy,
   (dnnl_memory_t memory),
   (memory))
+FLEMU_DNNL_FORWARD(dnnl_status_t, dnnl_memory_set_data_handle,
+  (dnnl_memory_t memory, void* handle),
+  (memory, handle))
 FLEMU_DNNL_FORWARD(dnnl_status_t, dnnl_post_ops_append_sum,
   (dnnl_post_ops_t post_ops, float scale, int32_t zero_point, dnnl_data_type_t data_type),
   (post_ops, scale, zero_point, data_type))

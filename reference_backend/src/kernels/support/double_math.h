@@ -20,6 +20,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "mul_add.h"
+
 namespace flemu {
 
 inline __attribute__((always_inline)) double bits_to_double(int64_t bits) {
@@ -61,18 +63,18 @@ struct ExpParts {
 
 inline __attribute__((always_inline)) ExpParts exp_parts(double x) {
   const Rounded n = round_with_pow2(x * 1.44269504088896340736);
-  const double r = (x - n.n * 6.93147180369123816490e-01) - n.n * 1.90821492927058770002e-10;
+  const double r = mul_add(n.n, -1.90821492927058770002e-10, mul_add(n.n, -6.93147180369123816490e-01, x));
   double p = 1.0 / 39916800.0;
-  p = p * r + 1.0 / 3628800.0;
-  p = p * r + 1.0 / 362880.0;
-  p = p * r + 1.0 / 40320.0;
-  p = p * r + 1.0 / 5040.0;
-  p = p * r + 1.0 / 720.0;
-  p = p * r + 1.0 / 120.0;
-  p = p * r + 1.0 / 24.0;
-  p = p * r + 1.0 / 6.0;
-  p = p * r + 0.5;
-  return {n.pow2, r + r * r * p};
+  p = mul_add(p, r, 1.0 / 3628800.0);
+  p = mul_add(p, r, 1.0 / 362880.0);
+  p = mul_add(p, r, 1.0 / 40320.0);
+  p = mul_add(p, r, 1.0 / 5040.0);
+  p = mul_add(p, r, 1.0 / 720.0);
+  p = mul_add(p, r, 1.0 / 120.0);
+  p = mul_add(p, r, 1.0 / 24.0);
+  p = mul_add(p, r, 1.0 / 6.0);
+  p = mul_add(p, r, 0.5);
+  return {n.pow2, mul_add(r * r, p, r)};
 }
 
 // x clamped to exp_parts' range; NaN becomes 0 (callers restore it).
@@ -87,14 +89,14 @@ inline __attribute__((always_inline)) double exp_argument(double x) {
 // (-1 in float). NaN gives NaN.
 inline __attribute__((always_inline)) double exp_f64(double x) {
   const ExpParts e = exp_parts(exp_argument(x));
-  const double out = x < -708.0 ? 0.0 : e.scale + e.scale * e.m1;
+  const double out = x < -708.0 ? 0.0 : mul_add(e.scale, e.m1, e.scale);
   return x != x ? x : out;
 }
 
 inline __attribute__((always_inline)) double expm1_f64(double x) {
   const ExpParts e = exp_parts(exp_argument(x));
   // scale - 1 is exact; where n is 0 the result is m1 itself, with no cancellation.
-  const double out = e.scale * e.m1 + (e.scale - 1.0);
+  const double out = mul_add(e.scale, e.m1, e.scale - 1.0);
   return x != x || x == 0.0 ? x : out;  // NaN, and -0 (m1 is +0 there)
 }
 
@@ -114,14 +116,14 @@ inline __attribute__((always_inline)) double log_f64(double x) {
   const double f = high ? m * 0.5 - 1.0 : m - 1.0;
   const double s = f / (2.0 + f), z = s * s;
   double p = 1.0 / 17.0;
-  p = p * z + 1.0 / 15.0;
-  p = p * z + 1.0 / 13.0;
-  p = p * z + 1.0 / 11.0;
-  p = p * z + 1.0 / 9.0;
-  p = p * z + 1.0 / 7.0;
-  p = p * z + 1.0 / 5.0;
-  p = p * z + 1.0 / 3.0;
-  double out = ed * 6.93147180559945309417e-01 + 2.0 * s * (1.0 + z * p);
+  p = mul_add(p, z, 1.0 / 15.0);
+  p = mul_add(p, z, 1.0 / 13.0);
+  p = mul_add(p, z, 1.0 / 11.0);
+  p = mul_add(p, z, 1.0 / 9.0);
+  p = mul_add(p, z, 1.0 / 7.0);
+  p = mul_add(p, z, 1.0 / 5.0);
+  p = mul_add(p, z, 1.0 / 3.0);
+  double out = mul_add(ed, 6.93147180559945309417e-01, 2.0 * s * mul_add(z, p, 1.0));
   out = x == HUGE_VAL ? x : out;
   out = x == 0.0 ? -HUGE_VAL : out;
   out = x < 0.0 ? std::numeric_limits<double>::quiet_NaN() : out;
@@ -152,8 +154,8 @@ inline __attribute__((always_inline)) double atan_f64(double x) {
   const double u = num / den, z = u * u;
   double p = 1.0 / 37.0;
 #pragma GCC unroll 32
-  for (int k = 35; k >= 3; k -= 2) p = p * -z + 1.0 / k;  // the series' signs alternate
-  return std::copysign(offset + (u - u * z * p), x);
+  for (int k = 35; k >= 3; k -= 2) p = mul_add(p, -z, 1.0 / k);  // the series' signs alternate
+  return std::copysign(offset + mul_add(-u * z, p, u), x);
 }
 
 // asin of z in [-1/2, 1/2]: z sum_k C(2k, k) / (4^k (2k + 1)) z^2k to k = 20
@@ -174,8 +176,8 @@ inline __attribute__((always_inline)) double asin_half_f64(double z) {
   const double w = z * z;
   double p = kAsinSeries.c[20];
 #pragma GCC unroll 32
-  for (int k = 19; k >= 1; --k) p = p * w + kAsinSeries.c[k];
-  return z + z * (w * p);
+  for (int k = 19; k >= 1; --k) p = mul_add(p, w, kAsinSeries.c[k]);
+  return mul_add(z, w * p, z);
 }
 
 // ---- float32 functions (each rounds its double once) ----
@@ -188,7 +190,7 @@ inline __attribute__((always_inline)) float exp2_f32(float x) {
   const Rounded n = round_with_pow2(xd);
   const ExpParts e = exp_parts((xd - n.n) * 6.93147180559945309417e-01);
   const double scale = n.pow2 * e.scale;
-  const float out = static_cast<float>(scale + scale * e.m1);
+  const float out = static_cast<float>(mul_add(scale, e.m1, scale));
   return x != x ? x : out;
 }
 

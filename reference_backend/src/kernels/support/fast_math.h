@@ -21,6 +21,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "mul_add.h"
+
 namespace flemu {
 
 inline __attribute__((always_inline)) float bits_to_float(int32_t bits) {
@@ -35,15 +37,15 @@ inline __attribute__((always_inline)) float bits_to_float(int32_t bits) {
 // ln 2 split so the product is exact, a polynomial for exp(r), and 2^n in two
 // factors so n from -150 to 128 scales without overflow of the exponent field.
 inline __attribute__((always_inline)) float exp_f32_clamped(float xc) {
-  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
+  const float n = mul_add(xc, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
+  const float r = mul_add(n, 2.12194440e-4f, mul_add(n, -0.693359375f, xc));
   float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
+  p = mul_add(p, r, 1.3981999507e-3f);
+  p = mul_add(p, r, 8.3334519073e-3f);
+  p = mul_add(p, r, 4.1665795894e-2f);
+  p = mul_add(p, r, 1.6666665459e-1f);
+  p = mul_add(p, r, 5.0000001201e-1f);
+  const float y = mul_add(p, r * r, r) + 1.0f;
   const int32_t ni = static_cast<int32_t>(n);
   const int32_t half = ni / 2;
   const float s1 = bits_to_float((half + 127) << 23), s2 = bits_to_float((ni - half + 127) << 23);
@@ -88,12 +90,12 @@ inline __attribute__((always_inline)) float erf_f32(float x) {
   // in double (the first term left out is below 1e-9 relative).
   const double ad = a, x2 = ad * ad;
   double series = -1.0 / 9360.0;
-  series = series * x2 + 1.0 / 1320.0;
-  series = series * x2 - 1.0 / 216.0;
-  series = series * x2 + 1.0 / 42.0;
-  series = series * x2 - 1.0 / 10.0;
-  series = series * x2 + 1.0 / 3.0;
-  series = series * x2 - 1.0;
+  series = mul_add(series, x2, 1.0 / 1320.0);
+  series = mul_add(series, x2, -1.0 / 216.0);
+  series = mul_add(series, x2, 1.0 / 42.0);
+  series = mul_add(series, x2, -1.0 / 10.0);
+  series = mul_add(series, x2, 1.0 / 3.0);
+  series = mul_add(series, x2, -1.0);
   const float near = static_cast<float>(-1.12837916709551257 * ad * series);
   // From 0.5 the polynomial in double; from 3.92 (and at inf) erf rounds to 1
   // in float. NaN stays NaN.
@@ -102,7 +104,7 @@ inline __attribute__((always_inline)) float erf_f32(float x) {
   constexpr int kDegree = sizeof(kErfPoly) / sizeof(kErfPoly[0]) - 1;
   double poly = kErfPoly[kDegree];
 #pragma GCC unroll 32
-  for (int k = kDegree - 1; k >= 0; --k) poly = poly * t + kErfPoly[k];
+  for (int k = kDegree - 1; k >= 0; --k) poly = mul_add(poly, t, kErfPoly[k]);
   const float far = a >= 3.92f ? 1.0f : static_cast<float>(poly);
   return std::copysign(a < 0.5f ? near : far, x);
 }
@@ -115,8 +117,10 @@ inline __attribute__((always_inline)) float erf_f32(float x) {
 inline __attribute__((always_inline)) float normal_cdf_f32(float x, float* e) {
   const float a = std::fabs(x) * 0.70710678118654752440f;
   const float t = 1.0f / (1.0f + 0.3275911f * a);
-  const float poly = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t +
-                      0.254829592f) * t;
+  float poly = mul_add(1.061405429f, t, -1.453152027f);
+  poly = mul_add(poly, t, 1.421413741f);
+  poly = mul_add(poly, t, -0.284496736f);
+  poly = mul_add(poly, t, 0.254829592f) * t;
   *e = exp_nonpositive_f32(-a * a);
   const float half_erfc = 0.5f * poly * *e;
   return x >= 0.0f ? 1.0f - half_erfc : half_erfc;
@@ -126,11 +130,11 @@ inline __attribute__((always_inline)) float tanh_f32(float x) {
   const float a = std::fabs(x);
   const float z = x * x;
   float p = -5.70498872745e-3f;
-  p = p * z + 2.06390887954e-2f;
-  p = p * z - 5.37397155531e-2f;
-  p = p * z + 1.33314422036e-1f;
-  p = p * z - 3.33332819422e-1f;
-  const float near = p * z * x + x;
+  p = mul_add(p, z, 2.06390887954e-2f);
+  p = mul_add(p, z, -5.37397155531e-2f);
+  p = mul_add(p, z, 1.33314422036e-1f);
+  p = mul_add(p, z, -3.33332819422e-1f);
+  const float near = mul_add(p * z, x, x);
   // Beyond 44, exp(2|x|) would overflow; tanh is 1 in float32 long before.
   const float e = exp_f32(2.0f * (a > 44.0f ? 44.0f : a));
   const float far = std::copysign(1.0f - 2.0f / (e + 1.0f), x);
@@ -153,18 +157,18 @@ inline __attribute__((always_inline)) float log_f32(float x) {
   const float fe = static_cast<float>(e) - (denormal ? 23.0f : 0.0f);
   const float z = f * f;
   float p = 7.0376836292e-2f;
-  p = p * f - 1.1514610310e-1f;
-  p = p * f + 1.1676998740e-1f;
-  p = p * f - 1.2420140846e-1f;
-  p = p * f + 1.4249322787e-1f;
-  p = p * f - 1.6668057665e-1f;
-  p = p * f + 2.0000714765e-1f;
-  p = p * f - 2.4999993993e-1f;
-  p = p * f + 3.3333331174e-1f;
+  p = mul_add(p, f, -1.1514610310e-1f);
+  p = mul_add(p, f, 1.1676998740e-1f);
+  p = mul_add(p, f, -1.2420140846e-1f);
+  p = mul_add(p, f, 1.4249322787e-1f);
+  p = mul_add(p, f, -1.6668057665e-1f);
+  p = mul_add(p, f, 2.0000714765e-1f);
+  p = mul_add(p, f, -2.4999993993e-1f);
+  p = mul_add(p, f, 3.3333331174e-1f);
   float y = p * f * z;
-  y = y + fe * -2.12194440e-4f;
-  y = y - 0.5f * z;
-  float out = (f + y) + fe * 0.693359375f;
+  y = mul_add(fe, -2.12194440e-4f, y);
+  y = mul_add(-0.5f, z, y);
+  float out = mul_add(fe, 0.693359375f, f + y);
   out = x == HUGE_VALF ? x : out;
   out = x == 0.0f ? -HUGE_VALF : out;
   out = x < 0.0f ? std::numeric_limits<float>::quiet_NaN() : out;
@@ -200,21 +204,21 @@ template <Trig kFn>
 inline __attribute__((always_inline)) float trig_f32(float x) {
   const double xd = x;
   // k = round(x * 2 / pi), by the 1.5 * 2^52 trick.
-  const double k = (xd * 0.63661977236758134308 + 6755399441055744.0) - 6755399441055744.0;
-  const double r = (xd - k * 1.57079632673412561417e+00) - k * 6.07710050650619224932e-11;
+  const double k = mul_add(xd, 0.63661977236758134308, 6755399441055744.0) - 6755399441055744.0;
+  const double r = mul_add(k, -6.07710050650619224932e-11, mul_add(k, -1.57079632673412561417e+00, xd));
   const double s = r * r;
   double ps = -1.0 / 39916800.0;
-  ps = ps * s + 1.0 / 362880.0;
-  ps = ps * s - 1.0 / 5040.0;
-  ps = ps * s + 1.0 / 120.0;
-  ps = ps * s - 1.0 / 6.0;
-  const double sin_r = r * (1.0 + s * ps);  // keeps the sign of -0
+  ps = mul_add(ps, s, 1.0 / 362880.0);
+  ps = mul_add(ps, s, -1.0 / 5040.0);
+  ps = mul_add(ps, s, 1.0 / 120.0);
+  ps = mul_add(ps, s, -1.0 / 6.0);
+  const double sin_r = r * mul_add(s, ps, 1.0);  // keeps the sign of -0
   double pc = -1.0 / 3628800.0;
-  pc = pc * s + 1.0 / 40320.0;
-  pc = pc * s - 1.0 / 720.0;
-  pc = pc * s + 1.0 / 24.0;
-  pc = pc * s - 0.5;
-  const double cos_r = 1.0 + s * pc;
+  pc = mul_add(pc, s, 1.0 / 40320.0);
+  pc = mul_add(pc, s, -1.0 / 720.0);
+  pc = mul_add(pc, s, 1.0 / 24.0);
+  pc = mul_add(pc, s, -0.5);
+  const double cos_r = mul_add(s, pc, 1.0);
   const int32_t q = static_cast<int32_t>(k) + (kFn == Trig::Cos ? 1 : 0);
   // tan(x) is tan r for even k, -1 / tan r for odd k.
   if constexpr (kFn == Trig::Tan) return static_cast<float>((q & 1) ? -cos_r / sin_r : sin_r / cos_r);

@@ -3,9 +3,10 @@
 // softmax and attention rows, batch and layer norm, its fused optimizer steps
 // and its fused-region executor are also built for AVX2 (8) and AVX-512 (16),
 // and take the widest build the CPU runs.
-// No build contracts a multiply and an add into an FMA (flemu is compiled
-// with -ffp-contract=off) or reassociates, so every build rounds every
-// operation alike and gives the same bits. FLEMU_ISA (read at
+// No build contracts a multiply and an add into an FMA by itself (flemu is
+// compiled with -ffp-contract=off) or reassociates; the multiply-adds the
+// math functions fuse are written out (mul_add.h), fused in every build. So
+// every build rounds every operation alike and gives the same bits. FLEMU_ISA (read at
 // Plugin_Initialize, config.cpp) caps the choice: baseline, avx2 or avx512;
 // the tests compare the builds.
 #ifndef FLEMU_KERNELS_SUPPORT_ISA_H_
@@ -15,9 +16,12 @@
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define FLEMU_ISA_BUILDS 1
-// The target of the AVX-512 builds: F for the vectors, BW/DQ/VL for the
-// byte, word and 32/64-bit integer forms the loops' conversions take.
-#define FLEMU_AVX512_TARGET "avx512f,avx512bw,avx512dq,avx512vl"
+// The targets of the AVX2 and AVX-512 builds, FMA in both (GCC's avx2 and
+// avx512f do not imply it; mul_add.h is one instruction with it). AVX-512:
+// F for the vectors, BW/DQ/VL for the byte, word and 32/64-bit integer forms
+// the loops' conversions take.
+#define FLEMU_AVX2_TARGET "avx2,fma"
+#define FLEMU_AVX512_TARGET "avx512f,avx512bw,avx512dq,avx512vl,fma"
 // `#pragma GCC target(...)` for a region of a file; unlike the pragma
 // written out, it takes a macro (FLEMU_AVX512_TARGET).
 #define FLEMU_PRAGMA_(x) _Pragma(#x)
@@ -39,7 +43,7 @@ const char* isa_name(Isa isa);
 #if defined(FLEMU_ISA_BUILDS)
 namespace isa_detail {
 template <class Fn>
-[[gnu::target("avx2"), gnu::noinline]] void run_avx2(Fn& fn) {
+[[gnu::target(FLEMU_AVX2_TARGET), gnu::noinline]] void run_avx2(Fn& fn) {
   fn();
 }
 template <class Fn>

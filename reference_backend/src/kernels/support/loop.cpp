@@ -8,6 +8,7 @@ namespace flemu {
 Isa cpu_isa() {
 #if defined(FLEMU_ISA_BUILDS)
   __builtin_cpu_init();
+  if (!__builtin_cpu_supports("fma")) return Isa::kBaseline;  // both builds use it (isa.h)
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
     return Isa::kAvx512;
