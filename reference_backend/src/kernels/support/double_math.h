@@ -9,8 +9,8 @@
 // directly. Double inputs take libm (the *_of dispatchers; logit, softplus
 // and elu, one definition for both, through the wide_* functions).
 // The building blocks: round_with_pow2, exp_parts (exp and expm1 of a double
-// argument), log_f64 and log1p_f64 (of a double argument), atan_f64 (one
-// division), asin_half_f64 (none).
+// argument), log_f64 and log1p_f64 (of a double argument, no division),
+// atan_f64 (one division), asin_half_f64 (none).
 #ifndef FLEMU_KERNELS_SUPPORT_DOUBLE_MATH_H_
 #define FLEMU_KERNELS_SUPPORT_DOUBLE_MATH_H_
 
@@ -100,11 +100,24 @@ inline __attribute__((always_inline)) double expm1_f64(double x) {
   return x != x || x == 0.0 ? x : out;  // NaN, and -0 (m1 is +0 there)
 }
 
+// log(1 + f) = f - f^2 / 2 + f^3 g(f) on [sqrt(1/2) - 1, sqrt(2) - 1]: g's
+// coefficients, lowest degree first, are the degree-14 interpolant of
+// (log1p(f) - f + f^2 / 2) / f^3 at that interval's Chebyshev nodes
+// (numpy.polynomial.chebyshev.chebfit, then cheb2poly, mapped to f), within
+// 6e-14 of log(1 + f) relative over the interval when evaluated in double.
+// A polynomial, not a series in f / (2 + f): a vector division of doubles
+// costs as much as the sixteen multiply-adds.
+constexpr double kLog1pPoly[] = {
+    0.33333333333352666,  -0.2499999999867882,  0.19999999980514982,  -0.16666667051299439,
+    0.14285717669497522,  -0.12499969436475716, 0.1111088346111008,   -0.10000953649623533,
+    0.09098289553557598,  -0.08322162999100802, 0.07570794490265527,  -0.07127917833288785,
+    0.0760588725388901,   -0.07432473510256399, 0.03767675372058793};
+
 // log(x) for a double x: x = 2^e m with m in [sqrt(1/2), sqrt(2)), f = m - 1
-// (exact), log(1 + f) = 2 atanh(s) with s = f / (2 + f), |s| <= 0.172, from
-// its series to s^17 (truncation below 4e-14 relative), plus e ln 2. Denormal
-// doubles are not handled (no float32 argument or formula here makes one);
-// 0 gives -inf, negatives NaN, inf inf.
+// (exact), log(1 + f) from kLog1pPoly (its even and odd coefficients as two
+// chains in f^2, which run side by side), plus e ln 2. Denormal doubles are
+// not handled (no float32 argument or formula here makes one); 0 gives
+// -inf, negatives NaN, inf inf.
 inline __attribute__((always_inline)) double log_f64(double x) {
   const uint64_t bits = static_cast<uint64_t>(double_to_bits(x));
   const double m = bits_to_double(static_cast<int64_t>((bits & 0x000fffffffffffffULL) | 0x3ff0000000000000ULL));
@@ -114,27 +127,31 @@ inline __attribute__((always_inline)) double log_f64(double x) {
   const int64_t e = static_cast<int64_t>((bits >> 52) & 0x7ff) - 1023 + (high ? 1 : 0);
   const double ed = bits_to_double(double_to_bits(kRoundMagic) + e) - kRoundMagic;
   const double f = high ? m * 0.5 - 1.0 : m - 1.0;
-  const double s = f / (2.0 + f), z = s * s;
-  double p = 1.0 / 17.0;
-  p = mul_add(p, z, 1.0 / 15.0);
-  p = mul_add(p, z, 1.0 / 13.0);
-  p = mul_add(p, z, 1.0 / 11.0);
-  p = mul_add(p, z, 1.0 / 9.0);
-  p = mul_add(p, z, 1.0 / 7.0);
-  p = mul_add(p, z, 1.0 / 5.0);
-  p = mul_add(p, z, 1.0 / 3.0);
-  double out = mul_add(ed, 6.93147180559945309417e-01, 2.0 * s * mul_add(z, p, 1.0));
+  const double z = f * f;
+  double even = kLog1pPoly[14], odd = kLog1pPoly[13];
+#pragma GCC unroll 8
+  for (int k = 12; k >= 0; k -= 2) {
+    even = mul_add(even, z, kLog1pPoly[k]);
+    if (k > 0) odd = mul_add(odd, z, kLog1pPoly[k - 1]);
+  }
+  const double g = mul_add(f, odd, even);
+  double out = mul_add(ed, 6.93147180559945309417e-01, mul_add(z, mul_add(f, g, -0.5), f));
   out = x == HUGE_VAL ? x : out;
   out = x == 0.0 ? -HUGE_VAL : out;
   out = x < 0.0 ? std::numeric_limits<double>::quiet_NaN() : out;
   return x != x ? x : out;
 }
 
-// log(1 + z) for a double z: log(u) - ((u - 1) - z) / u with u = 1 + z,
-// which takes out u's rounding to first order (z itself where u is 1).
+// log(1 + z) for a double z: log(u) with u = 1 + z rounded, plus d / u for
+// u's rounding error d = z - (u - 1) (exact). Where that correction matters
+// (|z| below 2^-20 or so: above, it is under 2^-32 of the result) u is
+// within 2^-20 of 1 and 2 - u stands for 1 / u; above |z| = 1/2, where
+// 2 - u would not, the correction is dropped (it is then under 2^-52 of the
+// result). No division; z itself where u is 1.
 inline __attribute__((always_inline)) double log1p_f64(double z) {
   const double u = 1.0 + z;
-  double out = log_f64(u) - ((u - 1.0) - z) / u;
+  const double d = z - (u - 1.0);
+  double out = mul_add(d, std::fabs(z) < 0.5 ? 2.0 - u : 0.0, log_f64(u));
   out = u == 1.0 ? z : out;
   out = u == 0.0 ? -HUGE_VAL : out;
   return z == HUGE_VAL ? z : out;
