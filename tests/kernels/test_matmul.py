@@ -121,3 +121,45 @@ def test_synchronizing_keeps_the_cpu_thread_count(wait: str) -> None:
         torch.testing.assert_close(out.cpu(), expected)
     finally:
         torch.set_num_threads(before)
+
+
+def test_one_shape_many_operands_on_two_streams() -> None:
+    """A cached oneDNN matmul keeps its memory objects per thread and points
+    them at each call's operands: products of one shape over different
+    tensors, one after another without a synchronize, and on two streams at
+    once, each give their own operands' product (bmm split over the pool by
+    batch, bmm scaled by alpha, addmm with nn.Linear's row bias, mm)."""
+    rounds = 6
+    shapes = {
+        "bmm": ((16, 64, 32), (16, 32, 64)),
+        "mm": ((96, 40), (40, 72)),
+    }
+    streams = [torch.flemu.Stream(), torch.flemu.Stream()]
+    results = []
+    for r in range(rounds):
+        stream = streams[r % 2]
+        with torch.flemu.stream(stream):
+            a = make(shapes["bmm"][0], torch.float32, seed=100 + r)
+            b = make(shapes["bmm"][1], torch.float32, seed=200 + r)
+            p = make(shapes["mm"][0], torch.float32, seed=300 + r)
+            q = make(shapes["mm"][1], torch.float32, seed=400 + r)
+            bias = make((72,), torch.float32, seed=500 + r)
+            da, db, dp, dq, dbias = (t.to("flemu") for t in (a, b, p, q, bias))
+            got = {
+                "bmm": torch.bmm(da, db),
+                "baddbmm_alpha": torch.baddbmm(torch.empty(16, 64, 64, device="flemu"), da, db, beta=0, alpha=0.5),
+                "addmm_bias": torch.addmm(dbias, dp, dq),
+                "mm": torch.mm(dp, dq),
+            }
+            want = {
+                "bmm": torch.bmm(a, b),
+                "baddbmm_alpha": 0.5 * torch.bmm(a, b),
+                "addmm_bias": torch.addmm(bias, p, q),
+                "mm": p @ q,
+            }
+            results.append((got, want))
+    torch.flemu.synchronize()
+    for r, (got, want) in enumerate(results):
+        for name in got:
+            torch.testing.assert_close(got[name].cpu(), want[name], atol=1e-4, rtol=1e-4,
+                                       msg=lambda m, r=r, name=name: f"round {r}, {name}: {m}")
