@@ -1,7 +1,7 @@
 // Activations and their backward kernels: sigmoid, tanh, gelu (exact and
 // tanh approximation), silu, leaky_relu, hardtanh, threshold, and
-// threshold_backward (relu's backward); elu, softplus and mish (evaluated in
-// double in float32: support/double_math.h), hardswish and hardsigmoid. silu_backward is CompositeImplicitAutograd
+// threshold_backward (relu's backward); elu and mish (evaluated in double in
+// float32: support/double_math.h), softplus, hardswish and hardsigmoid. silu_backward is CompositeImplicitAutograd
 // (it runs as sigmoid and arithmetic). fp16/bf16 compute in float32.
 #include <cmath>
 

@@ -1,13 +1,13 @@
 // float32 functions evaluated in double, without libm calls or branches, so
 // loops over them vectorize: exp2, expm1, log2, log10, sinh, cosh, atan,
 // asin, acos, atanh, asinh, acosh, logit, and the activations elu (with its
-// gradient), softplus and mish. Each evaluates its formula in double from a
+// gradient) and mish. Each evaluates its formula in double from a
 // float32 argument, with relative error near 1e-13, and rounds once to float: within
 // 1 ulp of the true value (reference_backend/tests/fast_math_check.cpp holds
 // each to float64 libm). Formulas are chosen so that nothing cancels: expm1
 // near 0, acos near 1 and atanh near 0 are computed from small quantities
-// directly. Double inputs take libm (the *_of dispatchers; logit, softplus
-// and elu, one definition for both, through the wide_* functions).
+// directly. Double inputs take libm (the *_of dispatchers; logit and elu,
+// one definition for both, through the wide_* functions).
 // The building blocks: round_with_pow2, exp_parts (exp and expm1 of a double
 // argument), log_f64 and log1p_f64 (of a double argument, no division),
 // atan_f64 (one division), asin_half_f64 (none).
@@ -313,7 +313,7 @@ inline __attribute__((always_inline)) C mish_of(C x) {
   else return x * std::tanh(std::log1p(std::exp(x)));
 }
 
-// exp, expm1, log and log1p of a double argument at the compute type C's
+// exp, expm1 and log of a double argument at the compute type C's
 // precision: the forms above where C is float (a float32 result rounds the
 // double once), libm where C is double.
 template <class C>
@@ -331,25 +331,12 @@ inline __attribute__((always_inline)) double wide_log(double x) {
   if constexpr (std::is_same_v<C, float>) return log_f64(x);
   else return std::log(x);
 }
-template <class C>
-inline __attribute__((always_inline)) double wide_log1p(double x) {
-  if constexpr (std::is_same_v<C, float>) return log1p_f64(x);
-  else return std::log1p(x);
-}
 
 // logit x = log(x / (1 - x)), x already clamped where eps is given.
 template <class C>
 inline __attribute__((always_inline)) C logit_of(C x) {
   const double xd = x;
   return static_cast<C>(wide_log<C>(xd / (1.0 - xd)));
-}
-
-// softplus(x) = log1p(exp(beta x)) / beta where beta x <= threshold, else x.
-template <class C>
-inline __attribute__((always_inline)) C softplus_of(C x, C beta, C threshold) {
-  const C bx = x * beta;  // in C, as PyTorch's
-  const C soft = static_cast<C>(wide_log1p<C>(wide_exp<C>(bx)) / beta);
-  return bx > threshold ? x : soft;
 }
 
 // elu(x) = scale x for x > 0, alpha scale expm1(input_scale x) otherwise.

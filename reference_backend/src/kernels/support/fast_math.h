@@ -299,6 +299,17 @@ inline __attribute__((always_inline)) C sigmoid_of(C x) {
   return (x >= C(0) ? C(1) : e) / (C(1) + e);
 }
 
+// softplus(x) = log1p(exp(beta x)) / beta where beta x <= threshold, else
+// x, in the compute type, as PyTorch's CPU kernel computes it: in float32
+// from exp_f32 and log1p_f32 (exp's error reaches the result scaled by
+// e / ((1 + e) log1p(e)), at most 1), within 3 ulp; libm for double.
+template <class C>
+inline __attribute__((always_inline)) C softplus_of(C x, C beta, C threshold) {
+  const C bx = x * beta;
+  const C soft = log1p_of(exp_of(bx)) / beta;
+  return bx > threshold ? x : soft;
+}
+
 // gelu's two forms: exact (through erf) and the tanh approximation.
 enum class GeluForm { Exact, Tanh };
 
