@@ -221,6 +221,18 @@ int main() {
   const double worst_softplus =
       worst_of("softplus within 3 ulp", signed_values,
                map(signed_values, [](float x) { return flemu::softplus_of<float>(x, 1.0f, 20.0f); }), softplus_ref, 3.0);
+  // softplus_array (two passes) gives softplus_of's bits, in place too, with another beta and threshold.
+  for (const float beta : {1.0f, 0.5f, 3.0f}) {
+    std::vector<float> arrayed(signed_values.size());
+    flemu::softplus_array(signed_values.data(), arrayed.data(), static_cast<int64_t>(signed_values.size()), beta, 7.0f);
+    std::vector<float> in_place_sp = signed_values;
+    flemu::softplus_array(in_place_sp.data(), in_place_sp.data(), static_cast<int64_t>(in_place_sp.size()), beta, 7.0f);
+    for (size_t i = 0; i < signed_values.size(); i += 3) {
+      const float one = flemu::softplus_of<float>(signed_values[i], beta, 7.0f);
+      expect(std::memcmp(&one, &arrayed[i], sizeof one) == 0 && std::memcmp(&one, &in_place_sp[i], sizeof one) == 0,
+             "softplus_array = softplus_of", signed_values[i], arrayed[i], one);
+    }
+  }
   // sin and cos through trig_array over blocks in range and blocks beyond it (libm there).
   std::vector<float> angles = grid(0, 0x4a000000u, 61, true);  // |x| < 2^21
   for (float x : {INFINITY, -INFINITY, NAN, 1e30f, 1048576.0f, 1048575.9f}) angles.push_back(x);
