@@ -234,33 +234,18 @@ TFL_Error* kernel_elu_backward(const TFL_Kernel_Args* args) {
 TFL_Error* kernel_softplus(const TFL_Kernel_Args* args) {
   return run_kernel(args, kSoftplus, [&](Launch& L) {
     const double beta = L.scalar_or(1, 1, "beta").to_double(), threshold = L.scalar_or(2, 20, "threshold").to_double();
-    const TensorArg self = L.input_tensor(0, "self"), out = L.output(0, "out");
-    if (self.dtype != TFL_DTYPE_FLOAT32 || out.dtype != TFL_DTYPE_FLOAT32) {
-      launch_float_unary(L, "softplus", [beta, threshold](auto x) __attribute__((always_inline)) {
-        using C = decltype(x);
-        return softplus_of(x, static_cast<C>(beta), static_cast<C>(threshold));
-      }, kTranscendentalGrain);
-      return;
-    }
-    // float32: runs with unit strides through softplus_array (its two
-    // passes), others one value at a time, with the same bits.
-    const LoopPlan plan = plan_over({&out, &self});
-    if (plan.numel == 0) return;
+    // float32 dense runs through softplus_array's two passes, the same bits.
     const float b = static_cast<float>(beta), t = static_cast<float>(threshold);
-    L.enqueue([plan, b, t] {
-      run_loop(
-          plan,
-          [b, t](char* const* ptr, const int64_t* st, int64_t n) __attribute__((always_inline)) {
-            if (st[0] == sizeof(float) && st[1] == sizeof(float)) {
-              softplus_array(reinterpret_cast<const float*>(ptr[1]), reinterpret_cast<float*>(ptr[0]), n, b, t);
-              return;
-            }
-            for (int64_t i = 0; i < n; ++i)
-              *reinterpret_cast<float*>(ptr[0] + i * st[0]) =
-                  softplus_of(*reinterpret_cast<const float*>(ptr[1] + i * st[1]), b, t);
-          },
-          kTranscendentalGrain);
-    });
+    launch_float_unary_array(
+        L, "softplus",
+        [b, t](const float* in, float* out, int64_t n) __attribute__((always_inline)) {
+          softplus_array(in, out, n, b, t);
+        },
+        [beta, threshold](auto x) __attribute__((always_inline)) {
+          using C = decltype(x);
+          return softplus_of(x, static_cast<C>(beta), static_cast<C>(threshold));
+        },
+        kTranscendentalGrain);
   });
 }
 

@@ -97,28 +97,10 @@ float fast_exp(float x) {
 // same bits (trig_of).
 template <Trig kFn>
 void launch_trig(const Launch& L, const char* op) {
-  const TensorArg self = L.input_tensor(0, "self"), out = L.output(0, "out");
-  if (self.dtype != TFL_DTYPE_FLOAT32 || out.dtype != TFL_DTYPE_FLOAT32) {
-    launch_float_unary(L, op, [](auto x) { return trig_of<kFn>(x); }, kTranscendentalGrain);
-    return;
-  }
-  const LoopPlan plan = plan_over({&out, &self});
-  if (plan.numel == 0) return;
-  L.enqueue([plan] {
-    run_loop(
-        plan,
-        [](char* const* ptr, const int64_t* st, int64_t n) __attribute__((always_inline)) {
-          if (st[0] == sizeof(float) && st[1] == sizeof(float)) {
-            trig_array<kFn>(reinterpret_cast<const float*>(ptr[1]), reinterpret_cast<float*>(ptr[0]), n);
-            return;
-          }
-          for (int64_t i = 0; i < n; ++i) {
-            *reinterpret_cast<float*>(ptr[0] + i * st[0]) =
-                trig_of<kFn>(*reinterpret_cast<const float*>(ptr[1] + i * st[1]));
-          }
-        },
-        kTranscendentalGrain);
-  });
+  launch_float_unary_array(
+      L, op,
+      [](const float* in, float* out, int64_t n) __attribute__((always_inline)) { trig_array<kFn>(in, out, n); },
+      [](auto x) __attribute__((always_inline)) { return trig_of<kFn>(x); }, kTranscendentalGrain);
 }
 
 }  // namespace

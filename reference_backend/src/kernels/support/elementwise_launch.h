@@ -60,6 +60,34 @@ void launch_float_unary(const Launch& L, const char* op, F f, int64_t grain = kP
   });
 }
 
+// launch_float_unary, with float32 runs of unit stride through
+// array(in, out, n) (out may be in), a form over many values at once that
+// gives f's bits (trig_array, softplus_array); other float32 runs take f one
+// value at a time.
+template <class Array, class F>
+void launch_float_unary_array(const Launch& L, const char* op, Array array, F f, int64_t grain = kParallelGrain) {
+  const TensorArg self = L.input_tensor(0, "self"), out = L.output(0, "out");
+  if (self.dtype != TFL_DTYPE_FLOAT32 || out.dtype != TFL_DTYPE_FLOAT32) {
+    launch_float_unary(L, op, f, grain);
+    return;
+  }
+  const LoopPlan plan = plan_over({&out, &self});
+  if (plan.numel == 0) return;
+  L.enqueue([plan, array, f, grain] {
+    run_loop(
+        plan,
+        [&array, &f](char* const* ptr, const int64_t* st, int64_t n) __attribute__((always_inline)) {
+          if (st[0] == sizeof(float) && st[1] == sizeof(float)) {
+            array(reinterpret_cast<const float*>(ptr[1]), reinterpret_cast<float*>(ptr[0]), n);
+            return;
+          }
+          for (int64_t i = 0; i < n; ++i)
+            *reinterpret_cast<float*>(ptr[0] + i * st[0]) = f(*reinterpret_cast<const float*>(ptr[1] + i * st[1]));
+        },
+        grain);
+  });
+}
+
 // out = f(a, b) for floating dtypes, a and b the first two tensor inputs.
 template <class F>
 void launch_float_binary(const Launch& L, const char* op, F f, int64_t grain = kParallelGrain) {

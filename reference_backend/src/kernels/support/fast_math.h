@@ -303,11 +303,15 @@ inline __attribute__((always_inline)) C sigmoid_of(C x) {
 // x, in the compute type, as PyTorch's CPU kernel computes it: in float32
 // from exp_f32 and log1p_f32 (exp's error reaches the result scaled by
 // e / ((1 + e) log1p(e)), at most 1), within 3 ulp; libm for double.
+// softplus_from_exp takes e = exp(beta x) already computed.
+template <class C>
+inline __attribute__((always_inline)) C softplus_from_exp(C x, C e, C beta, C threshold) {
+  const C soft = log1p_of(e) / beta;
+  return x * beta > threshold ? x : soft;
+}
 template <class C>
 inline __attribute__((always_inline)) C softplus_of(C x, C beta, C threshold) {
-  const C bx = x * beta;
-  const C soft = log1p_of(exp_of(bx)) / beta;
-  return bx > threshold ? x : soft;
+  return softplus_from_exp(x, exp_of(x * beta), beta, threshold);
 }
 
 // out[i] = softplus_of(in[i], beta, threshold) for n float32 values, out
@@ -323,11 +327,7 @@ inline __attribute__((always_inline)) void softplus_array(const float* in, float
     const float* x = in + b;
     float* y = out + b;
     for (int64_t i = 0; i < m; ++i) e[i] = exp_f32(x[i] * beta);
-    for (int64_t i = 0; i < m; ++i) {
-      const float bx = x[i] * beta;
-      const float soft = log1p_f32(e[i]) / beta;
-      y[i] = bx > threshold ? x[i] : soft;
-    }
+    for (int64_t i = 0; i < m; ++i) y[i] = softplus_from_exp(x[i], e[i], beta, threshold);
   }
 }
 
