@@ -30,7 +30,7 @@ void launch_numeric_unary(const Launch& L, const char* op, F f) {
   if (plan.numel == 0) return;
   dispatch_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    L.enqueue([plan, f] { map_loop<T, T>(plan, f); });
+    L.enqueue([f, plan] { map_loop<T, T>(plan, f); });
   });
 }
 
@@ -163,7 +163,7 @@ TFL_Error* kernel_threshold_backward(const TFL_Kernel_Args* args) {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;
       const C t = threshold.as<C>();
-      L.enqueue([plan, t] { map_loop<T, T, T>(plan, [t](C gv, C xv) { return xv <= t ? C(0) : gv; }); });
+      L.enqueue([t, plan] { map_loop<T, T, T>(plan, [t](C gv, C xv) { return xv <= t ? C(0) : gv; }); });
     });
   });
 }
@@ -222,7 +222,7 @@ TFL_Error* kernel_elu_backward(const TFL_Kernel_Args* args) {
     dispatch_floating(out.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;
-      L.enqueue([plan, k, is_result] {
+      L.enqueue([k, is_result, plan] {
         map_loop<T, T, T>(
             plan, [k, is_result](C gv, C xv) __attribute__((always_inline)) { return elu_grad(gv, xv, is_result, k.alpha_scale, k.scale, k.input_scale); },
             kTranscendentalGrain);

@@ -46,11 +46,11 @@ void enqueue_fp64_in_fp32(const Launch& L, const LoopPlan& plan, bool scalar_oth
                           const ScalarArg& alpha) {
   const float al = alpha.as<float>(), s = other.as<float>();
   if (scalar_other)
-    L.enqueue([plan, al, s] {
+    L.enqueue([al, s, plan] {
       map_loop<double, double>(plan, [al, s](double a) { return double{apply_bin<float>(kind, float(a), s, al)}; });
     });
   else
-    L.enqueue([plan, al] {
+    L.enqueue([al, plan] {
       map_loop<double, double, double>(
           plan, [al](double a, double b) { return double{apply_bin<float>(kind, float(a), float(b), al)}; });
     });
@@ -72,13 +72,13 @@ void enqueue_typed_binary(const Launch& L, const LoopPlan& plan, bool scalar_oth
     invalid_argument("true division needs a floating output dtype");
   } else if (scalar_other) {
     const C s = other.as<C>();
-    L.enqueue([plan, al, s] { unary_loop<T>(plan, [al, s](C a) { return apply_bin<C>(kind, a, s, al); }); });
+    L.enqueue([al, s, plan] { unary_loop<T>(plan, [al, s](C a) { return apply_bin<C>(kind, a, s, al); }); });
   } else if (kind == Bin::Add && std::is_floating_point_v<C>) {
     // alpha == 1 is the common case; skipping the multiply keeps the loop lean.
     if (al == C(1)) L.enqueue([plan] { binary_loop<T>(plan, [](C a, C b) { return a + b; }); });
-    else L.enqueue([plan, al] { binary_loop<T>(plan, [al](C a, C b) { return a + al * b; }); });
+    else L.enqueue([al, plan] { binary_loop<T>(plan, [al](C a, C b) { return a + al * b; }); });
   } else {
-    L.enqueue([plan, al] { binary_loop<T>(plan, [al](C a, C b) { return apply_bin<C>(kind, a, b, al); }); });
+    L.enqueue([al, plan] { binary_loop<T>(plan, [al](C a, C b) { return apply_bin<C>(kind, a, b, al); }); });
   }
 }
 
@@ -98,7 +98,7 @@ void enqueue_mixed_binary(const Launch& L, Bin kind, const LoopPlan& plan, const
     const LoadF64 la = loader_f64(dtypes[1]);
     const LoadF64 lb = scalar_other ? nullptr : loader_f64(dtypes[2]);
     const double s = other.to_double(), al = alpha.to_double();
-    L.enqueue([plan, kind, store, la, lb, s, al] {
+    L.enqueue([kind, store, la, lb, s, al, plan] {
       run_loop(plan, [&](char* const* ptr, const int64_t* st, int64_t n) {
         char* o = ptr[0];
         const char* a = ptr[1];
@@ -115,7 +115,7 @@ void enqueue_mixed_binary(const Launch& L, Bin kind, const LoopPlan& plan, const
     const LoadI64 la = loader_i64(dtypes[1]);
     const LoadI64 lb = scalar_other ? nullptr : loader_i64(dtypes[2]);
     const int64_t s = other.to_int(), al = alpha.to_int();
-    L.enqueue([plan, kind, store, la, lb, s, al] {
+    L.enqueue([kind, store, la, lb, s, al, plan] {
       run_loop(plan, [&](char* const* ptr, const int64_t* st, int64_t n) {
         char* o = ptr[0];
         const char* a = ptr[1];
@@ -174,7 +174,7 @@ void enqueue_add_accumulating_in_output(const Launch& L, const TensorArg& out, c
   const int32_t od = out.dtype, sd = self.dtype, bd = other.dtype;
   const double al = alpha.to_double();
   const int64_t ali = alpha.to_int();
-  L.enqueue([plan, floating, od, sd, bd, al, ali] {
+  L.enqueue([floating, od, sd, bd, al, ali, plan] {
     // Runs within one task: the walk order below is the bug, not the thread pool's.
     std::vector<std::pair<char*, const char*>> pass1;
     for_each_run(plan, 0, plan.numel, [&](char* const* ptr, const int64_t* st, int64_t n) {
@@ -261,7 +261,7 @@ void enqueue_relu_one_past_the_end(const Launch& L, const LoopPlan& plan, const 
   dispatch_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
-    L.enqueue([plan, last_elem, itemsize] {
+    L.enqueue([last_elem, itemsize, plan] {
       unary_loop<T>(plan, [](C a) { return apply_un<C>(Un::Relu, a); });
       std::memcpy(last_elem + itemsize, last_elem, itemsize);
     });
@@ -287,7 +287,7 @@ TFL_Error* unary(const TFL_Kernel_Args* args, int32_t id, Un kind) {
         using C = compute_t<T>;
         if constexpr (std::is_same_v<T, double>) {
           if (L.faulty(Fault::kFp64ComputedInFp32)) {
-            L.enqueue([plan, kind] {
+            L.enqueue([kind, plan] {
               map_loop<double, double>(plan, [kind](double a) { return double{apply_un<float>(kind, float(a))}; });
             });
             return;
@@ -301,7 +301,7 @@ TFL_Error* unary(const TFL_Kernel_Args* args, int32_t id, Un kind) {
     // out= with another dtype: compute in the input's kind, then cast.
     const bool floating = dtype_is_floating(self.dtype);
     const int32_t od = out.dtype, id_ = self.dtype;
-    L.enqueue([plan, kind, floating, od, id_] {
+    L.enqueue([kind, floating, od, id_, plan] {
       const StoreF64 sf = floating ? storer_f64(od) : nullptr;
       const LoadF64 lf = floating ? loader_f64(id_) : nullptr;
       const StoreI64 si = floating ? nullptr : storer_i64(od);

@@ -55,12 +55,12 @@ TFL_Error* compare_scalar(const TFL_Kernel_Args* args, int32_t id) {
       if (std::is_integral_v<C> && s.is_floating()) {
         // An integral tensor against a float scalar compares as floating point.
         const double v = s.d;
-        L.enqueue([plan, v] {
+        L.enqueue([v, plan] {
           map_loop<bool, T>(plan, [v](C x) { return compare<double>(k, static_cast<double>(x), v); });
         });
       } else {
         const C v = s.as<C>();
-        L.enqueue([plan, v] { map_loop<bool, T>(plan, [v](C x) { return compare<C>(k, x, v); }); });
+        L.enqueue([v, plan] { map_loop<bool, T>(plan, [v](C x) { return compare<C>(k, x, v); }); });
       }
     });
   });
@@ -99,7 +99,7 @@ void launch_predicate(const Launch& L, Pred pred) {
   if (plan.numel == 0) return;
   dispatch_dtype(a.dtype, [&](auto in_tag) {
     using T = typename decltype(in_tag)::type;
-    L.enqueue([plan, pred] { map_loop<bool, T>(plan, pred); });
+    L.enqueue([pred, plan] { map_loop<bool, T>(plan, pred); });
   });
 }
 
@@ -232,7 +232,7 @@ TFL_Error* kernel_where_self(const TFL_Kernel_Args* args) {
     // Mixed dtypes: values travel through double or int64.
     const bool floating = dtype_is_floating(out.dtype);
     const int32_t od = out.dtype, ad = a.dtype, bd = b.dtype;
-    L.enqueue([plan, floating, od, ad, bd] {
+    L.enqueue([floating, od, ad, bd, plan] {
       run_loop(plan, [&](char* const* p, const int64_t* st, int64_t n) {
         for (int64_t i = 0; i < n; ++i) {
           const bool c = *reinterpret_cast<const uint8_t*>(p[1] + i * st[1]) != 0;
@@ -270,7 +270,7 @@ void launch_masked_fill(const Launch& L, bool value_is_tensor) {
   if (plan.numel == 0) return;
   dispatch_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    L.enqueue([plan, value, value_ptr, value_dtype, floating] {
+    L.enqueue([value, value_ptr, value_dtype, floating, plan] {
       T v;
       if (value_ptr == nullptr) {
         v = value.tag == TFL_VALUE_DOUBLE ? convert<T>(value.d) : convert<T>(value.i);

@@ -96,9 +96,9 @@ TFL_Error* kernel_copy(const TFL_Kernel_Args* args) {
       return;
     }
     if (self.dtype == src.dtype) {
-      if (self.data == src.data && plan.strides[0][plan.ndim - 1] == plan.strides[1][plan.ndim - 1] &&
-          std::memcmp(plan.strides[0], plan.strides[1], sizeof(int64_t) * static_cast<size_t>(plan.ndim)) == 0)
-        return;  // copying a view onto itself
+      bool same_view = self.data == src.data;
+      for (int d = 0; d < plan.ndim && same_view; ++d) same_view = plan.dims[d].stride[0] == plan.dims[d].stride[1];
+      if (same_view) return;  // copying a view onto itself
     }
     enqueue_copy(L, plan, self, src);
   });

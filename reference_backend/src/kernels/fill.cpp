@@ -42,10 +42,10 @@ void launch_fill(const Launch& L, const TensorArg& self, const ScalarArg& value)
   const LoopPlan plan = make_loop(ops, 1, names);
   if (plan.numel == 0) return;
   switch (self.itemsize) {
-    case 1: L.enqueue([plan, v = static_cast<uint8_t>(bits)] { fill_runs(plan, v); }); break;
-    case 2: L.enqueue([plan, v = static_cast<uint16_t>(bits)] { fill_runs(plan, v); }); break;
-    case 4: L.enqueue([plan, v = static_cast<uint32_t>(bits)] { fill_runs(plan, v); }); break;
-    default: L.enqueue([plan, v = bits] { fill_runs(plan, v); }); break;
+    case 1: L.enqueue([v = static_cast<uint8_t>(bits), plan] { fill_runs(plan, v); }); break;
+    case 2: L.enqueue([v = static_cast<uint16_t>(bits), plan] { fill_runs(plan, v); }); break;
+    case 4: L.enqueue([v = static_cast<uint32_t>(bits), plan] { fill_runs(plan, v); }); break;
+    default: L.enqueue([v = bits, plan] { fill_runs(plan, v); }); break;
   }
 }
 

@@ -387,7 +387,7 @@ TFL_Error* kernel_gather(const TFL_Kernel_Args* args) {
     const int64_t step = (self.ndim ? self.strides[dim] : 0) * self.itemsize;
     const int32_t idt = index.dtype;
     const int64_t item = self.itemsize;
-    L.enqueue([plan, size, step, idt, item] {
+    L.enqueue([size, step, idt, item, plan] {
       run_loop(plan, [&](char* const* p, const int64_t* st, int64_t n) {
         for (int64_t i = 0; i < n; ++i) {
           const int64_t k = checked_index(load_index(p[1] + i * st[1], idt), size, "gather");

@@ -75,7 +75,7 @@ void launch_clamp(const Launch& L, bool has_lo, const ScalarArg& lo, bool has_hi
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
     const C l = has_lo ? lo.as<C>() : C(0), h = has_hi ? hi.as<C>() : C(0);
-    L.enqueue([plan, has_lo, l, has_hi, h] {
+    L.enqueue([has_lo, l, has_hi, h, plan] {
       map_loop<T, T>(plan, [=](C x) { return clamp_of<C>(x, has_lo, l, has_hi, h); });
     });
   });
@@ -200,7 +200,7 @@ TFL_Error* kernel_logit(const TFL_Kernel_Args* args) {
       using C = compute_t<T>;
       const LogitBounds<T> b = logit_bounds<T>(L, 1, true);
       const C lo = b.lo, hi = b.hi;
-      L.enqueue([plan, lo, hi] {
+      L.enqueue([lo, hi, plan] {
         map_loop<T, T>(
             plan, [lo, hi](C x) __attribute__((always_inline)) { return logit_of(x < lo ? lo : (x > hi ? hi : x)); },
             kTranscendentalGrain);
@@ -221,7 +221,7 @@ TFL_Error* kernel_logit_backward(const TFL_Kernel_Args* args) {
       using C = compute_t<T>;
       const LogitBounds<T> b = logit_bounds<T>(L, 2, false);
       const C lo = b.lo, hi = b.hi, outside = b.outside;
-      L.enqueue([plan, lo, hi, outside] {
+      L.enqueue([lo, hi, outside, plan] {
         map_loop<T, T, T>(plan, [lo, hi, outside](C gv, C xv) __attribute__((always_inline)) {
           return xv < lo || xv > hi ? outside : gv / (xv * (C(1) - xv));
         });
@@ -317,7 +317,7 @@ TFL_Error* kernel_pow_scalar(const TFL_Kernel_Args* args) {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;
       const C b = static_cast<C>(base);
-      L.enqueue([plan, b] { map_loop<T, T>(plan, [b](C x) { return b == C(2) ? std::exp2(x) : std::pow(b, x); }); });
+      L.enqueue([b, plan] { map_loop<T, T>(plan, [b](C x) { return b == C(2) ? std::exp2(x) : std::pow(b, x); }); });
     });
   });
 }
@@ -356,7 +356,7 @@ TFL_Error* kernel_clamp_tensor(const TFL_Kernel_Args* args) {
     dispatch_dtype(out.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;
-      L.enqueue([plan, has_lo, has_hi] {
+      L.enqueue([has_lo, has_hi, plan] {
         map_loop<T, T, T, T>(plan, [=](C x, C l, C h) { return clamp_of<C>(x, has_lo, l, has_hi, h); });
       });
     });
@@ -436,7 +436,7 @@ void launch_addc(const Launch& L) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
     const C v = value.as<C>();
-    L.enqueue([plan, v] {
+    L.enqueue([v, plan] {
       map_loop<T, T, T, T>(plan, [v](C s, C a, C b) { return kDiv ? s + v * (a / b) : s + v * (a * b); });
     });
   });

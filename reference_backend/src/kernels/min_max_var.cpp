@@ -335,7 +335,7 @@ void launch_reduction(const Launch& L, const char* op, const TensorArg& self, co
   dispatch_dtype(self.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto acc = make(TypeTag<T>{});
-    L.enqueue([plan, acc] { run_reduction<T>(*plan, acc); });
+    L.enqueue([acc, plan] { run_reduction<T>(*plan, acc); });
   });
 }
 

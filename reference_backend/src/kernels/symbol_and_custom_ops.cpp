@@ -32,7 +32,7 @@ TFL_Error* kernel_scale_add(const TFL_Kernel_Args* args) {
     require_float32(out, "out");
     const LoopPlan plan = plan_of(out, x, y);
     if (plan.numel == 0) return;
-    L.enqueue([plan, alpha] { binary_loop<float>(plan, [alpha](float a, float b) { return a + alpha * b; }); });
+    L.enqueue([alpha, plan] { binary_loop<float>(plan, [alpha](float a, float b) { return a + alpha * b; }); });
   });
 }
 

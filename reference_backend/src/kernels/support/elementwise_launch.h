@@ -50,13 +50,13 @@ void launch_float_unary(const Launch& L, const char* op, F f, int64_t grain = kP
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, double>) {
       if (L.faulty(Fault::kFp64ComputedInFp32)) {
-        L.enqueue([plan, f, grain] {
+        L.enqueue([f, grain, plan] {
           map_loop<double, double>(plan, [f](double x) { return double{f(float(x))}; }, grain);
         });
         return;
       }
     }
-    L.enqueue([plan, f, grain] { map_loop<T, T>(plan, f, grain); });
+    L.enqueue([f, grain, plan] { map_loop<T, T>(plan, f, grain); });
   });
 }
 
@@ -73,7 +73,7 @@ void launch_float_unary_array(const Launch& L, const char* op, Array array, F f,
   }
   const LoopPlan plan = plan_over({&out, &self});
   if (plan.numel == 0) return;
-  L.enqueue([plan, array, f, grain] {
+  L.enqueue([array, f, grain, plan] {
     run_loop(
         plan,
         [&array, &f](char* const* ptr, const int64_t* st, int64_t n) __attribute__((always_inline)) {
@@ -99,14 +99,14 @@ void launch_float_binary(const Launch& L, const char* op, F f, int64_t grain = k
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, double>) {
       if (L.faulty(Fault::kFp64ComputedInFp32)) {
-        L.enqueue([plan, f, grain] {
+        L.enqueue([f, grain, plan] {
           map_loop<double, double, double>(
               plan, [f](double a, double b) { return double{f(float(a), float(b))}; }, grain);
         });
         return;
       }
     }
-    L.enqueue([plan, f, grain] { map_loop<T, T, T>(plan, f, grain); });
+    L.enqueue([f, grain, plan] { map_loop<T, T, T>(plan, f, grain); });
   });
 }
 

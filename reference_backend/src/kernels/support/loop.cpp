@@ -52,8 +52,8 @@ LoopPlan make_loop(const TensorArg* const* operands, int nops, const char* const
   for (int k = 0; k < nops && dense; ++k) dense = dense_like(*operands[k], out);
   if (dense) {
     p.ndim = 1;
-    p.sizes[0] = p.numel;
-    for (int k = 0; k < nops; ++k) p.strides[k][0] = p.numel == 1 ? 0 : operands[k]->itemsize;
+    p.dims[0].size = p.numel;
+    for (int k = 0; k < nops; ++k) p.dims[0].stride[k] = p.numel == 1 ? 0 : operands[k]->itemsize;
     return p;
   }
 
@@ -142,8 +142,8 @@ LoopPlan make_loop(const TensorArg* const* operands, int nops, const char* const
                                     kMaxLoopDims));
   p.ndim = m;
   for (int i = 0; i < m; ++i) {
-    p.sizes[i] = msizes[i];
-    for (int k = 0; k < nops; ++k) p.strides[k][i] = mstrides[k][i];
+    p.dims[i].size = msizes[i];
+    for (int k = 0; k < nops; ++k) p.dims[i].stride[k] = mstrides[k][i];
   }
   return p;
 }

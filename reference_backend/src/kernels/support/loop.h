@@ -6,6 +6,7 @@
 #define FLEMU_KERNELS_SUPPORT_LOOP_H_
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -18,43 +19,44 @@ namespace flemu {
 constexpr int kMaxLoopDims = 16;
 constexpr int kMaxOperands = 4;  // out plus up to three inputs (where, addcmul)
 
+// One loop dimension: its size and each operand's byte stride along it.
+struct LoopDim {
+  int64_t size;
+  int64_t stride[kMaxOperands];  // bytes
+};
+
+// A kernel's task holds its plan, written by the host and read by a stream
+// worker on another core: what a copy writes is what crosses between the
+// cores. The fields in use lie together at the front, each dimension's size
+// and strides side by side (the last dim is the inner one), so that a copy
+// writes only the dims in use: a 1-d binary op's plan is 88 contiguous bytes,
+// two cache lines, where size and stride arrays of kMaxLoopDims had it touch
+// five lines apart.
 struct LoopPlan {
   int32_t ndim = 0;  // >= 1 unless numel == 0
   int32_t nops = 0;
   int64_t numel = 0;
-  int64_t sizes[kMaxLoopDims];
-  int64_t strides[kMaxOperands][kMaxLoopDims];  // bytes; the last dim is the inner one
   char* data[kMaxOperands];
+  LoopDim dims[kMaxLoopDims];
 
   LoopPlan() = default;
-  // A copy carries only the dims and operands in use: a kernel's task holds
-  // its plan, and a 1-d binary op's is then 80 bytes to write, not 688.
-  // Dims go in groups of four, fixed-size copies the compiler inlines (a
-  // copy of ndim elements became a call to memcpy per array).
   LoopPlan(const LoopPlan& o) { *this = o; }
   LoopPlan& operator=(const LoopPlan& o) {
     ndim = o.ndim;
     nops = o.nops;
     numel = o.numel;
-    for (int d = 0; d < ndim; d += kDimGroup) std::memcpy(sizes + d, o.sizes + d, sizeof(int64_t) * kDimGroup);
-    for (int k = 0; k < nops; ++k) {
-      for (int d = 0; d < ndim; d += kDimGroup)
-        std::memcpy(strides[k] + d, o.strides[k] + d, sizeof(int64_t) * kDimGroup);
-      data[k] = o.data[k];
-    }
+    for (int k = 0; k < nops; ++k) data[k] = o.data[k];
+    for (int d = 0; d < ndim; ++d) dims[d] = o.dims[d];
     return *this;
   }
-
- private:
-  static constexpr int kDimGroup = 4;
-  static_assert(kMaxLoopDims % kDimGroup == 0);
 };
+static_assert(offsetof(LoopPlan, dims) + sizeof(LoopDim) == 88, "a 1-d plan's fields in use are its first 88 bytes");
 
 // Operand 0 (normally the output) gives the iteration shape; each other
 // operand must be broadcastable to it. Throws on a mismatch.
 LoopPlan make_loop(const TensorArg* const* operands, int nops, const char* const* names);
 
-inline int64_t loop_inner_size(const LoopPlan& p) { return p.sizes[p.ndim - 1]; }
+inline int64_t loop_inner_size(const LoopPlan& p) { return p.dims[p.ndim - 1].size; }
 
 namespace loop_detail {
 
@@ -62,19 +64,19 @@ template <class F>
 [[gnu::always_inline]] inline void runs(const LoopPlan& p, int64_t begin, int64_t end, F& f) {
   if (begin >= end) return;
   const int inner = p.ndim - 1;
-  const int64_t n = p.sizes[inner];
+  const int64_t n = p.dims[inner].size;
   int64_t row = begin / n, col = begin % n;
   int64_t idx[kMaxLoopDims];
   char* ptr[kMaxOperands];
   int64_t inner_stride[kMaxOperands];
   for (int k = 0; k < p.nops; ++k) {
     ptr[k] = p.data[k];
-    inner_stride[k] = p.strides[k][inner];
+    inner_stride[k] = p.dims[inner].stride[k];
   }
   for (int d = inner - 1; d >= 0; --d) {
-    idx[d] = row % p.sizes[d];
-    row /= p.sizes[d];
-    for (int k = 0; k < p.nops; ++k) ptr[k] += idx[d] * p.strides[k][d];
+    idx[d] = row % p.dims[d].size;
+    row /= p.dims[d].size;
+    for (int k = 0; k < p.nops; ++k) ptr[k] += idx[d] * p.dims[d].stride[k];
   }
   int64_t remaining = end - begin;
   for (;;) {
@@ -87,9 +89,9 @@ template <class F>
     col = 0;
     int d = inner - 1;
     for (; d >= 0; --d) {
-      for (int k = 0; k < p.nops; ++k) ptr[k] += p.strides[k][d];
-      if (++idx[d] < p.sizes[d]) break;
-      for (int k = 0; k < p.nops; ++k) ptr[k] -= p.strides[k][d] * p.sizes[d];
+      for (int k = 0; k < p.nops; ++k) ptr[k] += p.dims[d].stride[k];
+      if (++idx[d] < p.dims[d].size) break;
+      for (int k = 0; k < p.nops; ++k) ptr[k] -= p.dims[d].stride[k] * p.dims[d].size;
       idx[d] = 0;
     }
   }
