@@ -120,6 +120,12 @@ class Launch {
 
   // Enqueues the kernel's work on ctx->stream (or, under the asynchronous
   // form of FLEMU_INJECT_ERROR, a task that fails instead).
+  // A task is built in its queue slot and each line it writes there moves to
+  // the stream worker's core: capture a LoopPlan last ([al, plan], not
+  // [plan, al]). GCC lays a closure's members out in capture order, and a
+  // member after the plan lands past its 688 bytes, on a line of its own,
+  // where before it the plan's copy (only the dims in use, loop.h) keeps the
+  // task in two lines for a 1-d op.
   template <class Fn>
   void enqueue(Fn&& fn) const {
     if (inject_async_) {
