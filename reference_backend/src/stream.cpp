@@ -21,9 +21,6 @@
 namespace flemu {
 
 namespace {
-// How long an idle worker keeps polling before it sleeps: long enough to
-// catch the next launch of a busy host thread without a futex wake-up.
-constexpr int64_t kWorkerSpinNs = 50'000;
 // How long a waiting thread polls before it sleeps.
 constexpr int64_t kWaiterSpinNs = 20'000;
 

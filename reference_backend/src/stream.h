@@ -43,6 +43,16 @@ class FnTask final : public Task {
   Fn fn_;
 };
 
+// How long an idle worker keeps polling before it sleeps: long enough to
+// catch the next launch of a host that spent a while on other work (Python
+// between steps, a data loader) without a futex wake-up, which on a virtual
+// machine also waits for an idle vCPU to wake. With 50 us, a 16-element add
+// and its synchronize took 78 us after the host had been busy for 200 us
+// (1.5 us back to back) and a small bmm 139 us (24 us); with 1 ms, 9 and
+// 36 us (bench/test_idle_gap.py). PyTorch's OpenMP threads spin for
+// milliseconds; spin_until yields the core every 64 polls.
+constexpr int64_t kWorkerSpinNs = 1'000'000;
+
 // Busy-waits up to `spin_ns` for `ready()`; true when it became ready. Every
 // 64 polls it also yields the core: flemu's threads share the host's cores,
 // and a spinning stream or pool thread must not keep the host's thread (or

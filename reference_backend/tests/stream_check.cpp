@@ -124,13 +124,14 @@ void sleeping_worker_wakes() {
   expect(count.load() == 20, "a task enqueued on a sleeping worker runs (20 rounds)");
 }
 
-// Enqueues land around the moment the worker stops polling (50 us) and goes
-// to sleep: a wake-up lost in that window hangs the wait (the watchdog).
+// Enqueues land around the moment the worker stops polling (kWorkerSpinNs)
+// and goes to sleep: a wake-up lost in that window hangs the wait (the
+// watchdog).
 void wake_race() {
   flemu::Stream s(0, 9, 0, 0);
   int ran = 0;
   for (int i = 0; i < 3000; ++i) {
-    const int64_t until = flemu::now_ns() + 35'000 + (i % 31) * 1'000;
+    const int64_t until = flemu::now_ns() + flemu::kWorkerSpinNs - 15'000 + (i % 31) * 1'000;
     while (flemu::now_ns() < until) flemu::cpu_relax();
     s.wait(s.submit("wake", [&ran] { ++ran; }));
   }

@@ -1,0 +1,79 @@
+"""A device op issued after the host has been busy elsewhere for a while
+(Python, a data loader, logging between steps): the op and its synchronize,
+timed right after a busy gap of GAP_US microseconds, on flemu against the same
+op on the CPU after the same gap, in the same rounds.
+
+Back to back (the dispatch and GEMM benchmarks) flemu's threads are awake
+when the next op arrives. After a gap they may have gone to sleep: the stream
+worker polls for 1 ms after its last task (kWorkerSpinNs, stream.h), the pool
+helper for 500 us, a host waiting in synchronize for 20 us, and waking a
+sleeping thread costs a futex wake-up plus, on a virtual machine, the wake-up
+of an idle vCPU. PyTorch's CPU operators run on OpenMP threads that spin for
+milliseconds. The ratio is reported for each gap (no target: it shows what a
+program that is not a tight loop of device ops pays for its first op after a
+pause, which the loop benchmarks do not).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch_fl
+from _interleave import _settle
+
+GAP_US = (0, 200, 2000)
+ROUNDS = 30
+OPS = ("add_16", "bmm_16x64x32x64")
+
+
+def _busy(us: float) -> None:
+    end = time.perf_counter() + us * 1e-6
+    while time.perf_counter() < end:
+        pass
+
+
+def _op(name: str, device: str) -> Callable[[], None]:
+    g = torch.Generator().manual_seed(0)
+    if name == "add_16":
+        a, b = torch.rand(16, generator=g).to(device), torch.rand(16, generator=g).to(device)
+        fn = torch.add
+    else:
+        a = torch.randn(16, 64, 32, generator=g).to(device)
+        b = torch.randn(16, 32, 64, generator=g).to(device)
+        fn = torch.bmm
+
+    def run() -> None:
+        fn(a, b)
+        if device != "cpu":
+            torch.flemu.synchronize()
+
+    run()
+    return run
+
+
+@pytest.mark.parametrize("gap_us", GAP_US)
+@pytest.mark.parametrize("name", OPS)
+def test_after_gap_flemu(benchmark, name: str, gap_us: int) -> None:  # noqa: ANN001
+    assert torch_fl.get_plugin() is not None, "the benchmark needs the flemu plugin"
+    timed, baseline = _op(name, "flemu"), _op(name, "cpu")
+    cpu_times: list[float] = []
+
+    def setup() -> None:
+        # Each side settles (_interleave.py: the other side's threads stop
+        # spinning), then the host is busy for the gap before the timed call.
+        _settle(baseline)
+        _busy(gap_us)
+        start = time.perf_counter()
+        baseline()
+        cpu_times.append(time.perf_counter() - start)
+        _settle(timed)
+        _busy(gap_us)
+
+    with torch_fl.fallback_mode("error"):
+        benchmark.pedantic(timed, setup=setup, rounds=ROUNDS, iterations=1)
+    benchmark.extra_info.update(baseline=f"CPU {name} after a {gap_us} us gap, interleaved",
+                                baseline_median_s=statistics.median(cpu_times))
