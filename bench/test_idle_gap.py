@@ -24,6 +24,7 @@ import pytest
 import torch
 import torch_fl
 from _interleave import _settle
+from test_kernels_gemm import _product
 
 GAP_US = (0, 200, 2000)
 ROUNDS = 30
@@ -37,17 +38,13 @@ def _busy(us: float) -> None:
 
 
 def _op(name: str, device: str) -> Callable[[], None]:
+    if name != "add_16":
+        return _product(name, device)
     g = torch.Generator().manual_seed(0)
-    if name == "add_16":
-        a, b = torch.rand(16, generator=g).to(device), torch.rand(16, generator=g).to(device)
-        fn = torch.add
-    else:
-        a = torch.randn(16, 64, 32, generator=g).to(device)
-        b = torch.randn(16, 32, 64, generator=g).to(device)
-        fn = torch.bmm
+    a, b = torch.rand(16, generator=g).to(device), torch.rand(16, generator=g).to(device)
 
     def run() -> None:
-        fn(a, b)
+        torch.add(a, b)
         if device != "cpu":
             torch.flemu.synchronize()
 
