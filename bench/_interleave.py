@@ -35,11 +35,20 @@ def _settle(fn: Callable[[], object]) -> None:
         fn()
 
 
+def _busy(seconds: float) -> None:
+    """Keeps the host busy (not asleep) for `seconds`."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def interleaved(benchmark: Any, timed: Callable[[], object], baseline: Callable[[], object],
-                label: str, rounds: int, warmup: int = 0) -> None:
+                label: str, rounds: int, warmup: int = 0, pause_s: float = 0.0) -> None:
     """Benchmarks `timed` against `baseline` round by round: the ratio of
     medians is reported under `label` (conftest.py). `warmup` untimed calls
-    of each side come first."""
+    of each side come first. With `pause_s`, each timed call of either side
+    follows its settling calls after the host has been busy elsewhere for
+    that long."""
     for _ in range(warmup):
         baseline()
         timed()
@@ -47,10 +56,12 @@ def interleaved(benchmark: Any, timed: Callable[[], object], baseline: Callable[
 
     def baseline_round() -> None:
         _settle(baseline)
+        _busy(pause_s)
         start = time.perf_counter()
         baseline()
         times.append(time.perf_counter() - start)
         _settle(timed)
+        _busy(pause_s)
 
     benchmark.pedantic(timed, setup=baseline_round, rounds=rounds, iterations=1)
     benchmark.extra_info.update(baseline=label, baseline_median_s=statistics.median(times))

@@ -16,25 +16,17 @@ pause, which the loop benchmarks do not).
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 
 import pytest
 import torch
 import torch_fl
-from _interleave import _settle
+from _interleave import interleaved
 from test_kernels_gemm import _product
 
 GAP_US = (0, 200, 2000)
 ROUNDS = 30
 OPS = ("add_16", "bmm_16x64x32x64")
-
-
-def _busy(us: float) -> None:
-    end = time.perf_counter() + us * 1e-6
-    while time.perf_counter() < end:
-        pass
 
 
 def _op(name: str, device: str) -> Callable[[], None]:
@@ -56,21 +48,7 @@ def _op(name: str, device: str) -> Callable[[], None]:
 @pytest.mark.parametrize("name", OPS)
 def test_after_gap_flemu(benchmark, name: str, gap_us: int) -> None:  # noqa: ANN001
     assert torch_fl.get_plugin() is not None, "the benchmark needs the flemu plugin"
-    timed, baseline = _op(name, "flemu"), _op(name, "cpu")
-    cpu_times: list[float] = []
-
-    def setup() -> None:
-        # Each side settles (_interleave.py: the other side's threads stop
-        # spinning), then the host is busy for the gap before the timed call.
-        _settle(baseline)
-        _busy(gap_us)
-        start = time.perf_counter()
-        baseline()
-        cpu_times.append(time.perf_counter() - start)
-        _settle(timed)
-        _busy(gap_us)
-
     with torch_fl.fallback_mode("error"):
-        benchmark.pedantic(timed, setup=setup, rounds=ROUNDS, iterations=1)
-    benchmark.extra_info.update(baseline=f"CPU {name} after a {gap_us} us gap, interleaved",
-                                baseline_median_s=statistics.median(cpu_times))
+        interleaved(benchmark, _op(name, "flemu"), _op(name, "cpu"),
+                    f"CPU {name} after a {gap_us} us gap, interleaved", rounds=ROUNDS,
+                    pause_s=gap_us * 1e-6)

@@ -118,7 +118,7 @@ void sleeping_worker_wakes() {
   std::atomic<int> count{0};
   for (int round = 0; round < 20; ++round) {
     // Long enough for the worker to stop polling and sleep.
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::this_thread::sleep_for(std::chrono::nanoseconds(2 * flemu::kWorkerSpinNs));
     s.wait(s.submit("wake", [&count] { count.fetch_add(1); }));
   }
   expect(count.load() == 20, "a task enqueued on a sleeping worker runs (20 rounds)");
