@@ -58,8 +58,11 @@ browser:
 	  $$sudo apt-get update -qq && \
 	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
+# The summary of a complete run (.benchmarks/summary.md) replaces the README's
+# table: the README shows what this command gave.
 bench: build
 	$(PY) -m pytest bench -q --benchmark-columns=min,median,mean,rounds --benchmark-sort=name
+	$(PY) bench/summary.py README.md
 
 # Builds the flemu reference plugin and the bridge. Autoload is off while pip
 # imports torch so a half-installed plugin cannot break the build.

@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch_fl
 from _interleave import interleaved
+from _report import figure, row
 
 N = 16
 BATCH = 500
@@ -55,22 +56,26 @@ def _batch(op: Callable[..., torch.Tensor], a: torch.Tensor, b: torch.Tensor) ->
 
 
 def test_add_flemu_native(benchmark, host, device) -> None:  # noqa: ANN001
-    benchmark.extra_info.update(target=1.1)
+    row(benchmark, f"native flemu `add`, {N} float32 elements, {BATCH} calls and a synchronize, vs CPU",
+        target=1.1)
     with torch_fl.op_stats_scope() as scope:
         interleaved(benchmark, _batch(torch.add, *device), _batch(torch.add, *host),
                     f"CPU add, {BATCH} calls, interleaved", rounds=ROUNDS)
-    row = scope.table.get("aten::add.Tensor")
-    assert row.native > 0 and row.cpu_fallback == 0, scope.table
+    stat = scope.table.get("aten::add.Tensor")
+    assert stat.native > 0 and stat.cpu_fallback == 0, scope.table
+    bridge_us, launch_us = stat.bridge_time_ns / 1e3 / stat.native, stat.plugin_time_ns / 1e3 / stat.native
+    what = "host time per native `add` in that loop (warm caches)"
+    figure(benchmark, what, bridge_us, "us", "bridge")
+    figure(benchmark, what, launch_us, "us", "flemu's launch")
     benchmark.extra_info["figure"] = (
-        f"bridge host time {row.bridge_time_ns / 1e3 / row.native:.2f} us + flemu's launch "
-        f"{row.plugin_time_ns / 1e3 / row.native:.2f} us per native call issued in a loop "
-        "(warm caches; the training-step figures are inside a model)")
+        f"bridge host time {bridge_us:.2f} us + flemu's launch {launch_us:.2f} us per native call "
+        "issued in a loop (warm caches; the training-step figures are inside a model)")
 
 
 def test_atan2_flemu_fallback(benchmark, host, device) -> None:  # noqa: ANN001
-    benchmark.extra_info.update(target=6.0)
+    row(benchmark, f"CPU-fallback `atan2` (copies included), {N} float32 elements, vs CPU", target=6.0)
     with torch_fl.fallback_mode("silent"), torch_fl.op_stats_scope() as scope:
         interleaved(benchmark, _batch(torch.atan2, *device), _batch(torch.atan2, *host),
                     f"CPU atan2, {BATCH} calls, interleaved", rounds=ROUNDS)
-    row = scope.table.get("aten::atan2.out")  # structured: the functional runs as .out
-    assert row.cpu_fallback > 0 and row.native == 0, scope.table
+    stat = scope.table.get("aten::atan2.out")  # structured: the functional runs as .out
+    assert stat.cpu_fallback > 0 and stat.native == 0, scope.table

@@ -22,6 +22,7 @@ import pytest
 import torch
 import torch_fl
 from _interleave import interleaved
+from _report import row
 from test_kernels_gemm import _product
 
 GAP_US = (0, 200, 2000)
@@ -48,6 +49,9 @@ def _op(name: str, device: str) -> Callable[[], None]:
 @pytest.mark.parametrize("name", OPS)
 def test_after_gap_flemu(benchmark, name: str, gap_us: int) -> None:  # noqa: ANN001
     assert torch_fl.get_plugin() is not None, "the benchmark needs the flemu plugin"
+    what = "a 16-element `add`" if name == "add_16" else "a bmm 16×(64×32×64)"
+    row(benchmark, f"{what} with its synchronize, timed right after the host was busy elsewhere, "
+        "flemu vs CPU", "back to back" if gap_us == 0 else f"after {gap_us} µs")
     with torch_fl.fallback_mode("error"):
         interleaved(benchmark, _op(name, "flemu"), _op(name, "cpu"),
                     f"CPU {name} after a {gap_us} us gap, interleaved", rounds=ROUNDS,

@@ -17,7 +17,9 @@ import torch
 import torch.nn.functional as F
 import torch_fl
 from _interleave import interleaved
+from _report import row
 
+LABELS = {"resnet_3x3_16": "16→16", "resnet_3x3_64": "64→64", "resnet_3x3_64_128_s2": "64→128 stride 2"}
 LAYERS = {
     # The zoo ResNet-18's first stage: 16 channels, where a GEMM per sample is thin.
     "resnet_3x3_16": {"input": (8, 16, 32, 32), "weight": (16, 16, 3, 3), "stride": 1},
@@ -48,7 +50,7 @@ def make_step(layer: str, device: str) -> Callable[[], None]:
 
 @pytest.mark.parametrize("layer", sorted(LAYERS))
 def test_conv_fwd_bwd_flemu(benchmark, layer: str) -> None:
-    benchmark.extra_info.update(target=1.1)
+    row(benchmark, "conv 3×3 forward+backward, batch 8 of 32×32, flemu vs CPU (oneDNN)", LABELS[layer], 1.1)
     step, cpu_step = make_step(layer, "flemu"), make_step(layer, "cpu")
     with torch_fl.fallback_mode("error"), torch_fl.op_stats_scope() as scope:
         interleaved(benchmark, step, cpu_step, f"CPU {layer}, interleaved", rounds=9, warmup=10)

@@ -16,7 +16,10 @@ import pytest
 import torch
 import torch_fl
 from _interleave import interleaved
+from _report import row
 
+LABELS = {"mm_256x128x512": "256×128×512", "mm_256x512x128": "256×512×128", "mm_512x512x512": "512³",
+          "bmm_16x64x32x64": "bmm 16×(64×32×64)"}
 SHAPES = {
     "mm_256x128x512": ("mm", (256, 128), (128, 512)),
     "mm_256x512x128": ("mm", (256, 512), (512, 128)),
@@ -44,7 +47,7 @@ def _product(name: str, device: str) -> Callable[[], None]:
 @pytest.mark.parametrize("name", SHAPES)
 def test_gemm_flemu(benchmark, name: str) -> None:  # noqa: ANN001
     assert torch_fl.get_plugin() is not None, "the benchmark needs the flemu plugin"
-    benchmark.extra_info.update(target=1.1)
+    row(benchmark, "float32 GEMM with a synchronize, flemu vs CPU (MKL)", LABELS[name], 1.1)
     with torch_fl.fallback_mode("error"):
         interleaved(benchmark, _product(name, "flemu"), _product(name, "cpu"),
                     f"CPU {name}, interleaved", rounds=40, warmup=60)

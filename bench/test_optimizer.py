@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from _report import row
 import torch_fl
 
 
@@ -58,8 +59,10 @@ def test_adam_unfused(benchmark, which: str) -> None:
 
 @pytest.mark.parametrize("which", sorted(SETS))
 def test_adam_fused(benchmark, which: str) -> None:
-    benchmark.extra_info.update(baseline=f"test_adam_unfused[{which}]",
-                                target=1 / 3 if which == "small_100" else None)
+    benchmark.extra_info.update(baseline=f"test_adam_unfused[{which}]")
+    row(benchmark, "`Adam(fused=True)` vs `Adam(foreach=False)`",
+        "100 parameters" if which == "small_100" else "ResNet-18's parameters",
+        1 / 3 if which == "small_100" else None)
     step = make_step(which, fused=True)
     with torch_fl.fallback_mode("error"), torch_fl.op_stats_scope() as scope:
         benchmark.pedantic(step, rounds=5 if which == "resnet18" else 20, iterations=1, warmup_rounds=1)

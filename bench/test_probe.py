@@ -28,9 +28,11 @@ import torch
 
 import torch_fl
 from torch_fl.tooling import probe
+from _report import row
 
 SHAPE = (768, 1024, 640)
 INTERLEAVED_ROUNDS = 25
+_ROW = "bfloat16 GEMM 768×1024×640 on flemu's blocked engine, one blocking vs another"
 
 
 def _apply(values: dict[str, int]) -> None:
@@ -100,14 +102,17 @@ def test_gemm_default(benchmark, settings, operands) -> None:  # noqa: ANN001
 
 def test_gemm_probed(benchmark, settings, operands) -> None:  # noqa: ANN001
     benchmark.extra_info.update(baseline="test_gemm_default")
+    row(benchmark, _ROW, "probed vs default")
     _run(benchmark, operands, settings["probed"])
 
 
 def test_gemm_worst(benchmark, settings, operands) -> None:  # noqa: ANN001
     benchmark.extra_info.update(baseline="test_gemm_probed")
+    row(benchmark, _ROW, "worst vs probed")
     _run(benchmark, operands, settings["worst"])
 
 
 def test_gemm_recovered(benchmark, settings, operands) -> None:  # noqa: ANN001
     benchmark.extra_info.update(baseline="test_gemm_worst")
+    row(benchmark, _ROW, "probed from the worst vs worst")
     _run(benchmark, operands, settings["recovered"])

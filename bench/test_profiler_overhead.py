@@ -24,6 +24,7 @@ from torch.autograd.profiler import profile as autograd_profile
 from torch.profiler import ProfilerActivity
 
 import torch_fl
+from _report import row
 
 FORWARDS = 20
 ROUNDS = 100
@@ -55,6 +56,9 @@ PROFILERS: dict[str, Callable[[], AbstractContextManager]] = {
 }
 
 
+LABELS = {"stubs": "`use_device=` stubs", "kernels": "device kernels", "cpu_only": "CPU only"}
+
+
 @pytest.fixture(params=list(PROFILERS))
 def profiler(request: pytest.FixtureRequest) -> Iterator[tuple[str, Callable]]:
     yield request.param, PROFILERS[request.param]
@@ -66,15 +70,18 @@ def test_mlp_unprofiled(benchmark, forwards) -> None:  # noqa: ANN001
 
 def test_mlp_profiled(benchmark, forwards, profiler) -> None:  # noqa: ANN001
     name, make = profiler
-    target = 2.0 if name != "cpu_only" else None
-    benchmark.extra_info.update(baseline="test_mlp_unprofiled", target=target)
+    benchmark.extra_info.update(baseline="test_mlp_unprofiled")
+    row(benchmark, f"{FORWARDS} MLP forwards profiled vs unprofiled", LABELS[name],
+        2.0 if name != "cpu_only" else None)
     with make():
         benchmark.pedantic(forwards, rounds=ROUNDS, warmup_rounds=2)
 
 
 def test_mlp_profiled_session(benchmark, forwards, profiler) -> None:  # noqa: ANN001
-    _, make = profiler
+    name, make = profiler
     benchmark.extra_info.update(baseline="test_mlp_unprofiled")
+    row(benchmark, f"the same, a profiling session around the {FORWARDS} forwards vs unprofiled",
+        LABELS[name])
 
     def session() -> None:
         with make():

@@ -48,6 +48,7 @@ import torch
 import torch.nn.functional as F
 import torch_fl
 from _interleave import interleaved
+from _report import figure, row
 from torch import nn
 from torch_fl._build_info import LTO as BRIDGE_LTO
 from torch_fl._build_info import PGO as BRIDGE_PGO
@@ -84,6 +85,8 @@ _LOCAL = {
 }
 MODELS = ("resnet18", "bert_mlm", *_LOCAL)
 TARGETS = {"resnet18": 1.0, "bert_mlm": 1.0, **{name: 1.2 for name in _LOCAL}}
+LABELS = {"resnet18": "ResNet-18", "bert_mlm": "encoder", "tv_resnet18_64px": "64 px batch 4",
+          "tv_resnet18_224px": "224 px batch 2"}
 ROUNDS = 15
 _results: dict[str, dict[str, Any]] = {}
 
@@ -189,7 +192,8 @@ def test_step_flemu(benchmark, name: str) -> None:
         interleaved(benchmark, flemu_step, cpu.step, "CPU step, interleaved", rounds=ROUNDS)
     median = benchmark.stats.stats.median
     cpu_median = benchmark.extra_info["baseline_median_s"]
-    benchmark.extra_info.update(target=TARGETS[name])
+    row(benchmark, "zoo ResNet-18 / BERT-style encoder training step, flemu vs CPU" if name not in _LOCAL
+        else "ResNet-18 in torchvision's layout, training step, flemu vs CPU", LABELS[name], TARGETS[name])
     _record(name, "cpu_step_s", cpu_median)
     _record(name, "flemu_step_s", median)
     _record(name, "flemu_over_cpu", median / cpu_median)
@@ -217,13 +221,24 @@ def test_step_flemu(benchmark, name: str) -> None:
         if pinned:
             trainer.step()  # the first step after pinning moves threads
             _record_per_call(name, "_host_core_reserved", _per_step_totals(trainer.step, ROUNDS))
-    # The bridge's build decides its host time per call (README: a
+    # The bridge's build decides its host time per call (docs/performance.md: a
     # profile-guided build takes 10-21% off it, link-time optimization with
     # -fno-plt 14% of its instruction-cache misses): say which one was measured.
     _record(name, "bridge_pgo", BRIDGE_PGO)
     _record(name, "bridge_lto", BRIDGE_LTO)
     r = _results[name]
     benchmark.extra_info.update(dict(r))
+    case = LABELS[name]
+    if "bridge_us_per_native_call_host_core_reserved" in r:
+        figure(benchmark, "bridge host time per native call inside the step, host's core reserved "
+               "(flemu's threads pinned to the other)", r["bridge_us_per_native_call_host_core_reserved"],
+               "us", case, target=1.5)
+        figure(benchmark, "flemu's own launch per native call in the step, host's core reserved "
+               "(validation, task, enqueue: the plugin's time, not the bridge's)",
+               r["plugin_us_per_native_call_host_core_reserved"], "us", case)
+    figure(benchmark, "bridge host time per native call, flemu's kernels sharing both cores with the host",
+           r["bridge_us_per_native_call"], "us", case)
+    figure(benchmark, "host time to issue a step / step time", 100 * r["host_issue_share"], "%", case)
 
     def per_call(suffix: str) -> str:
         return (f"{r['bridge_us_per_native_call' + suffix]:.2f} us + flemu's launch "
