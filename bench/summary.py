@@ -29,6 +29,12 @@ OUT = ROOT / ".benchmarks"
 BEGIN = "<!-- make bench: begin -->"
 END = "<!-- make bench: end -->"
 _UNITS = {"x": "×", "us": " µs", "ms": " ms", "%": "%"}
+# The table's order, by benchmark module (the run's order is alphabetical):
+# the models' steps and the host time inside them first, then the kernels,
+# graph mode, start-up and the rest. A module not named here comes last.
+ORDER = ("test_training_step", "test_dispatch", "test_kernels_conv", "test_kernels_gemm",
+         "test_kernels_math", "test_idle_gap", "test_compile", "test_startup", "test_optimizer",
+         "test_allreduce", "test_probe", "test_profiler_overhead")
 
 
 def ratio_rows(benchmarks: Iterable[Any]) -> list[dict[str, Any]]:
@@ -67,11 +73,12 @@ def entries(benchmarks: Iterable[Any]) -> list[dict[str, Any]]:
     ratios = {r["benchmark"]: r for r in ratio_rows(benchmarks)}
     out = []
     for b in benchmarks:
+        module = Path(getattr(b, "fullname", "").split("::")[0]).stem
         if b.name in ratios:
             r = ratios[b.name]
             out.append({"row": r["row"], "case": r["case"], "value": r["ratio"], "unit": "x",
-                        "target": r["target"]})
-        out.extend(dict(f) for f in b.extra_info.get("figures", ()))
+                        "target": r["target"], "module": module})
+        out.extend(dict(f, module=module) for f in b.extra_info.get("figures", ()))
     return out
 
 
@@ -87,12 +94,19 @@ def _bound(target: float, unit: str) -> str:
 
 
 def table(items: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """Entries grouped into rows by `row`, in the order each row first ran."""
+    """Entries grouped into rows by `row`; rows in ORDER of their modules,
+    within a module in the order each row first ran."""
     grouped: dict[str, list[dict[str, Any]]] = {}
     for e in items:
         grouped.setdefault(e["row"], []).append(e)
+
+    def rank(what: str) -> int:
+        module = grouped[what][0].get("module")
+        return ORDER.index(module) if module in ORDER else len(ORDER)
+
     rows = []
-    for what, group in grouped.items():
+    for what in sorted(grouped, key=rank):  # stable: run order within a module
+        group = grouped[what]
         cases = [e["case"] for e in group if e["case"]]
         label = f"{what}: {' / '.join(cases)}" if cases and len(cases) == len(group) else what
         measured = " / ".join(_number(e["value"], e["unit"]) for e in group)

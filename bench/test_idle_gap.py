@@ -45,13 +45,19 @@ def _op(name: str, device: str) -> Callable[[], None]:
     return run
 
 
+def _gap_label(gap_us: int) -> str:
+    if gap_us == 0:
+        return "back to back"
+    return f"after {gap_us} µs" if gap_us < 1000 else f"after {gap_us // 1000} ms"
+
+
 @pytest.mark.parametrize("gap_us", GAP_US)
 @pytest.mark.parametrize("name", OPS)
 def test_after_gap_flemu(benchmark, name: str, gap_us: int) -> None:  # noqa: ANN001
     assert torch_fl.get_plugin() is not None, "the benchmark needs the flemu plugin"
     what = "a 16-element `add`" if name == "add_16" else "a bmm 16×(64×32×64)"
     row(benchmark, f"{what} with its synchronize, timed right after the host was busy elsewhere, "
-        "flemu vs CPU", "back to back" if gap_us == 0 else f"after {gap_us} µs")
+        "flemu vs CPU", _gap_label(gap_us))
     with torch_fl.fallback_mode("error"):
         interleaved(benchmark, _op(name, "flemu"), _op(name, "cpu"),
                     f"CPU {name} after a {gap_us} us gap, interleaved", rounds=ROUNDS,

@@ -51,6 +51,16 @@ def test_rows_group_cases_in_run_order_with_verdicts(summary) -> None:  # noqa: 
     assert share["measured"] == "23%" and share["target"] == share["verdict"] == "—"
 
 
+def test_rows_in_the_order_of_their_modules(summary) -> None:  # noqa: ANN001
+    items = [dict(_entry("all_reduce", 0.2, "64 MiB", 1.0), module="test_allreduce"),
+             dict(_entry("not listed", 1.0), module="test_new_benchmark"),
+             dict(_entry("gemm", 1.0, "512", 1.1), module="test_kernels_gemm"),
+             dict(_entry("step", 0.6, "ResNet-18", 1.0), module="test_training_step"),
+             dict(_entry("bridge", 1.4, "ResNet-18", 1.5, unit="us"), module="test_training_step")]
+    assert [r["what"].split(":")[0] for r in summary.table(items)] == [
+        "step", "bridge", "gemm", "all_reduce", "not listed"]
+
+
 def test_targets_on_some_cases_or_different_targets(summary) -> None:  # noqa: ANN001
     partial, mixed, exact = summary.table([
         _entry("all_reduce", 1.7, "1 MiB"),
@@ -75,7 +85,7 @@ def test_entries_ratios_against_baselines_then_figures(summary) -> None:  # noqa
         _bench("test_missing_baseline", 1.0, baseline="test_not_run"),
         _bench("test_no_stats", None, baseline="test_unfused[a]"),
     ]
-    items = summary.entries(benchmarks)
+    items = [{k: v for k, v in e.items() if k != "module"} for e in summary.entries(benchmarks)]
     assert items == [
         # No row given: the test's name and its parameters.
         _entry("test_fused", 0.25, "a"),
