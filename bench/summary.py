@@ -32,7 +32,7 @@ _UNITS = {"x": "×", "us": " µs", "ms": " ms", "%": "%"}
 # The table's order, by benchmark module (the run's order is alphabetical):
 # the models' steps and the host time inside them first, then the kernels,
 # graph mode, start-up and the rest. A module not named here comes last.
-ORDER = ("test_training_step", "test_dispatch", "test_kernels_conv", "test_kernels_gemm",
+ORDER = ("test_training_step", "test_hf_step", "test_dispatch", "test_kernels_conv", "test_kernels_gemm",
          "test_kernels_math", "test_idle_gap", "test_compile", "test_startup", "test_optimizer",
          "test_allreduce", "test_probe", "test_profiler_overhead")
 
