@@ -3,11 +3,10 @@
 A benchmark names its baseline with `benchmark.extra_info["baseline"] = "<test name>"`,
 or measures it itself, interleaved with its own rounds, and gives its median as
 `extra_info["baseline_median_s"]` with a label in "baseline"; after the run the
-ratios of medians are printed and written to .benchmarks/ratios.json. A
-figure that is not a ratio (a start-up time, host time per call) goes in
-`extra_info["figure"]` as one line with its target, printed before the ratios.
-_report.py puts ratios and figures in the rows of the run's summary table
-(summary.py: .benchmarks/summary.md, which `make bench` copies into the README).
+ratios of medians are printed and written to .benchmarks/ratios.json.
+_report.py puts ratios, and figures that are not ratios (a start-up time,
+host time per call), in the rows of the run's summary table (summary.py:
+.benchmarks/summary.md, printed last, which `make bench` copies into the README).
 Nothing here fails on a time.
 """
 
@@ -23,11 +22,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # no
     session = getattr(config, "_benchmarksession", None)
     if session is None or not session.benchmarks:
         return
-    figures = [(b.name, b.extra_info["figure"]) for b in session.benchmarks if b.extra_info.get("figure")]
-    if figures:
-        terminalreporter.section("figures against targets")
-        for name, text in figures:
-            terminalreporter.write_line(f"{name}: {text}")
     rows = summary.ratio_rows(session.benchmarks)
     if rows:
         terminalreporter.section("ratios against same-run baselines")

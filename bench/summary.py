@@ -84,7 +84,7 @@ def entries(benchmarks: Iterable[Any]) -> list[dict[str, Any]]:
 
 def _number(value: float, unit: str) -> str:
     if unit == "%":
-        return f"{value:.0f}%"
+        return f"{value:.1f}%" if abs(value) < 10 else f"{value:.0f}%"
     digits = 2 if abs(value) < 10 else 1 if abs(value) < 100 else 0
     return f"{value:.{digits}f}{_UNITS.get(unit, ' ' + unit)}"
 

@@ -67,9 +67,6 @@ def test_add_flemu_native(benchmark, host, device) -> None:  # noqa: ANN001
     what = "host time per native `add` in that loop (warm caches)"
     figure(benchmark, what, bridge_us, "us", "bridge")
     figure(benchmark, what, launch_us, "us", "flemu's launch")
-    benchmark.extra_info["figure"] = (
-        f"bridge host time {bridge_us:.2f} us + flemu's launch {launch_us:.2f} us per native call "
-        "issued in a loop (warm caches; the training-step figures are inside a model)")
 
 
 def test_atan2_flemu_fallback(benchmark, host, device) -> None:  # noqa: ANN001

@@ -91,9 +91,6 @@ def test_first_native_op(benchmark) -> None:  # noqa: ANN001
     figure(benchmark, f"first native op after registering the plugin, {fresh}", ms["first_add"], "ms",
            target=50)
     figure(benchmark, f"registering flemu, importing torch_fl included, {fresh}", ms["register"], "ms")
-    benchmark.extra_info["figure"] = (
-        f"first native op after registration {ms['first_add']:.2f} ms (target <= 50 ms), first "
-        f"exp {ms['first_exp']:.2f} ms; registering flemu {ms['register']:.1f} ms")
     print(f"\nfirst native op after registration (aten::add.Tensor): {ms['first_add']:.1f} ms "
           f"(target <= 50 ms); register {ms['register']:.1f} ms, second add "
           f"{ms['second_add']:.3f} ms, first exp {ms['first_exp']:.3f} ms "
@@ -134,9 +131,6 @@ def test_autoload_import_overhead(benchmark) -> None:  # noqa: ANN001
            f"{len(on)} differences)", difference_ms, "ms", target=30)
     figure(benchmark, f"autoload's own time inside `import torch`, torch-fl's entry point (median of {len(on)})",
            entry_ms, "ms")
-    benchmark.extra_info["figure"] = (
-        f"import torch with autoload minus without {difference_ms:.1f} ms (target <= 30 ms), autoload's "
-        f"entry point {entry_ms:.1f} ms; import torch {with_ms:.0f} ms with autoload, {without_ms:.0f} ms without")
     print(f"\nautoload overhead: {entry_ms:.1f} ms inside torch-fl's entry point; "
           f"import torch {with_ms:.1f} ms with autoload, {without_ms:.1f} ms without, difference "
           f"{difference_ms:.1f} ms (target <= 30 ms; medians of {len(on)} fresh processes each)")

@@ -238,20 +238,6 @@ def test_step_flemu(benchmark, name: str) -> None:
                r["plugin_us_per_native_call_host_core_reserved"], "us", case)
     figure(benchmark, "bridge host time per native call, flemu's kernels sharing both cores with the host",
            r["bridge_us_per_native_call"], "us", case)
+    figure(benchmark, "bridge host time in the step (op_stats) / step time", 100 * r["bridge_share"], "%", case)
     figure(benchmark, "host time to issue a step / step time", 100 * r["host_issue_share"], "%", case)
 
-    def per_call(suffix: str) -> str:
-        return (f"{r['bridge_us_per_native_call' + suffix]:.2f} us + flemu's launch "
-                f"{r['plugin_us_per_native_call' + suffix]:.2f} us")
-
-    reserved_text = (
-        f"{per_call('_host_core_reserved')} per native call with the host's core reserved "
-        "(target for the bridge <= 1.5 us), "
-        if "bridge_us_per_native_call_host_core_reserved" in r
-        else "host's core could not be reserved (one CPU), ")
-    benchmark.extra_info["figure"] = (
-        f"bridge (profile-guided build: {r['bridge_pgo']}, "
-        f"link-time optimization: {r['bridge_lto']}) host time {reserved_text}"
-        f"{per_call('')} sharing both cores with flemu's kernels "
-        f"(bridge {100 * r['bridge_share']:.1f}% of the step); "
-        f"host issue share {100 * r['host_issue_share']:.0f}%")

@@ -40,15 +40,16 @@ def test_rows_group_cases_in_run_order_with_verdicts(summary) -> None:  # noqa: 
         _entry("bridge", 1.4, "encoder", 1.5, unit="us"),
         _entry("add", 1.23, target=1.1),
         _entry("share", 23.4, "ResNet-18", unit="%"),
+        _entry("share", 2.46, "encoder", unit="%"),
     ])
     assert [r["what"] for r in rows] == [
-        "step: ResNet-18 / encoder", "bridge: ResNet-18 / encoder", "add", "share: ResNet-18"]
+        "step: ResNet-18 / encoder", "bridge: ResNet-18 / encoder", "add", "share: ResNet-18 / encoder"]
     step, bridge, add, share = rows
     assert step["measured"] == "0.60× / 1.20×" and step["target"] == "≤ 1×"
     assert step["verdict"] == "1 of 2 met"
     assert bridge["measured"] == "1.60 µs / 1.40 µs" and bridge["target"] == "≤ 1.5 µs"
     assert add["verdict"] == "missed" and add["target"] == "≤ 1.1×"
-    assert share["measured"] == "23%" and share["target"] == share["verdict"] == "—"
+    assert share["measured"] == "23% / 2.5%" and share["target"] == share["verdict"] == "—"
 
 
 def test_rows_in_the_order_of_their_modules(summary) -> None:  # noqa: ANN001
