@@ -1,9 +1,11 @@
 """Start-up cost of a torch-fl device, each measurement in a fresh process.
 
 - first native op: a fresh process imports torch (autoload off), registers
-  flemu, creates a tensor, then times the first `x + x` (flemu's native
-  aten::add.Tensor) to its synchronize (target: <= 50 ms). Later stages (the
-  second op, the first exp) are in extra_info.
+  flemu, then times its first tensor on the device and the first `x + x`
+  (flemu's native aten::add.Tensor) to its synchronize (target: <= 50 ms).
+  The first tensor is the device's first use, which puts the plugin's kernels
+  into the dispatcher (csrc/first_use.h). Later stages (the second op, the
+  first exp) are in extra_info.
 - autoload overhead: `import torch` with TORCH_DEVICE_BACKEND_AUTOLOAD=1
   minus the same import without (target: <= 30 ms), a pair of fresh
   processes a round, which of the two goes first alternating, the median of
@@ -86,13 +88,14 @@ def test_first_native_op(benchmark) -> None:  # noqa: ANN001
     ms = _medians_ms(samples, ["import_torch", "register", "ones", "first_add", "second_add",
                                "first_exp"])
     benchmark.extra_info.update({f"{k}_ms": round(v, 3) for k, v in ms.items()})
-    benchmark.extra_info.update(first_native_op_ms=round(ms["first_add"], 3), target_ms=50)
+    first_ms = statistics.median(s["ones"] + s["first_add"] for s in samples) * 1e3
+    benchmark.extra_info.update(first_native_op_ms=round(first_ms, 3), target_ms=50)
     fresh = f"a fresh process (median of {len(samples)})"
-    figure(benchmark, f"first native op after registering the plugin, {fresh}", ms["first_add"], "ms",
-           target=50)
+    figure(benchmark, f"first tensor and first native op after registering the plugin, {fresh}", first_ms,
+           "ms", target=50)
     figure(benchmark, f"registering flemu, importing torch_fl included, {fresh}", ms["register"], "ms")
-    print(f"\nfirst native op after registration (aten::add.Tensor): {ms['first_add']:.1f} ms "
-          f"(target <= 50 ms); register {ms['register']:.1f} ms, second add "
+    print(f"\nfirst tensor and first native op after registration (aten::add.Tensor): {first_ms:.1f} ms "
+          f"(target <= 50 ms; the tensor {ms['ones']:.1f} ms); register {ms['register']:.1f} ms, second add "
           f"{ms['second_add']:.3f} ms, first exp {ms['first_exp']:.3f} ms "
           f"(medians of {len(samples)} fresh processes)")
 

@@ -12,8 +12,10 @@ rule is total, so the same install always registers the same plugin:
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, distributions
 
 __all__ = ["PluginSpec", "discover_plugins"]
 
@@ -61,9 +63,28 @@ def _from_env(value: str) -> list[PluginSpec]:
     return specs
 
 
+def _installed_entry_points() -> Iterator[EntryPoint]:
+    """importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), the same
+    entry points in the same order (the first distribution of a name on
+    sys.path hides later ones), without parsing the entry points of every
+    installed distribution: autoload runs inside `import torch`, and there
+    the full parse cost 3-6 ms in an environment of 76 distributions."""
+    seen: set[str] = set()
+    for dist in distributions():
+        name = getattr(dist, "_normalized_name", None)
+        if name is None:
+            name = re.sub(r"[-_.]+", "_", str(dist.metadata["Name"] or "")).lower()
+        if name in seen:
+            continue
+        seen.add(name)
+        text = dist.read_text("entry_points.txt")
+        if text and ENTRY_POINT_GROUP in text:
+            yield from dist.entry_points.select(group=ENTRY_POINT_GROUP)
+
+
 def _from_entry_points() -> list[PluginSpec]:
     specs = []
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    for ep in _installed_entry_points():
         source = f"entry point {ep.value}"
         try:
             info = ep.load()()

@@ -254,6 +254,10 @@ def make_device_module(name: str, info: dict[str, Any]) -> types.ModuleType:
             set_rng_state(state, i)
 
     def get_amp_supported_dtype() -> list[torch.dtype]:
+        # torch.autocast(device_type=<this device>) asks this first: the autocast
+        # kernels must be in the dispatcher before its first op, which may run
+        # on fake tensors that never allocate on the device.
+        _C.install_deferred()
         caps = props[0].capabilities if props else ()
         dtypes = []
         if "fp16" in caps:

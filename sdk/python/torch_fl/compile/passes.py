@@ -123,6 +123,9 @@ def _written_inputs(node: torch.fx.Node) -> list[torch.fx.Node]:
 def has_device_kernel(op: torch._ops.OpOverload) -> bool:
     """Whether the plugin registered a kernel for op (not only a composite or
     the CPU fallback)."""
+    from torch_fl import _C
+
+    _C.install_deferred()  # the dispatcher's tables before the device's first use
     return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "PrivateUse1")
 
 

@@ -1,6 +1,7 @@
 #include "caching_allocator.h"
 
 #include "event_calls.h"
+#include "first_use.h"
 #include "loaded_plugin.h"
 #include "streams.h"
 
@@ -102,6 +103,9 @@ class DeviceCache {
   explicit DeviceCache(c10::DeviceIndex device) : device_(device) {}
 
   c10::DataPtr allocate(size_t nbytes) {
+    // No device tensor exists before the first allocation: the kernels that
+    // ops on one need are in place before it (first_use.h).
+    on_first_use();
     const c10::DeviceIndex d = device_;
     if (nbytes == 0) {
       return c10::DataPtr(nullptr, nullptr, nullptr, device());

@@ -1,6 +1,7 @@
 #include "fallback.h"
 
 #include "copy.h"
+#include "first_use.h"
 #include "generator.h"
 #include "op_rules.h"
 #include "op_stats.h"
@@ -402,6 +403,13 @@ void cpu_fallback(const std::string& name, const c10::OperatorHandle& op, torch:
 }
 
 void fallback_boxed(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  if (C10_UNLIKELY(first_use_pending())) {
+    // The device's first use is an op the plugin may have a kernel for, not
+    // yet in the dispatcher (first_use.h): put it there and go to it.
+    on_first_use();
+    op.redispatchBoxed(ks, stack);
+    return;
+  }
   run_fallback(op, ks, stack, "the plugin has no kernel for it");
 }
 

@@ -85,19 +85,31 @@ std::vector<c10::RegistrationHandleRAII>& kernel_registrations() {
   return *handles;
 }
 
-// Serves `handle` on PrivateUse1 with `kernel` and records the dtypes it
-// accepts in the native table (has_native_kernel).
-void install_kernel(
-    const c10::OperatorHandle& handle,
-    const std::string& name,
-    uint64_t dtypes,
-    std::unique_ptr<NativeKernel> kernel) {
-  kernel_registrations().push_back(c10::Dispatcher::singleton().registerImpl(
-      handle.operator_name(), c10::DispatchKey::PrivateUse1,
-      c10::KernelFunction::makeFromBoxedFunctor(std::move(kernel)), std::nullopt, nullptr,
-      "torch-fl plugin kernel"));
+void record_native(const std::string& name, uint64_t dtypes) {
   std::unique_lock<std::shared_mutex> lock(native_table().mutex);
   native_table().dtypes[name] = dtypes;
+}
+
+void serve(const c10::OperatorName& op, c10::KernelFunction kernel) {
+  kernel_registrations().push_back(c10::Dispatcher::singleton().registerImpl(
+      op, c10::DispatchKey::PrivateUse1, std::move(kernel), std::nullopt, nullptr,
+      "torch-fl plugin kernel"));
+}
+
+// Whether an op can reach the device's kernel slot before any tensor lives on
+// the device: it takes no tensor it must be given, and a device or generator
+// argument routes it there (randperm). The kernels of all other ops are only
+// reached with a device tensor, which the first allocation made.
+bool dispatches_without_tensors(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& arg : schema.arguments()) {
+    const c10::TypePtr& type = arg.type();
+    if (type->kind() == c10::TypeKind::TensorType ||
+        (type->kind() == c10::TypeKind::ListType &&
+         type->containedType(0)->kind() == c10::TypeKind::TensorType)) {
+      return false;
+    }
+  }
+  return true;
 }
 
 void register_one(
@@ -118,10 +130,11 @@ void register_one(
     report.adapted.emplace_back(
         name, "served by the kernel of " + spec.op + ", which does not receive " + quoted(hidden.names));
   }
-  install_kernel(
-      handle, name, spec.dtypes,
-      std::make_unique<NativeKernel>(
-          own, std::move(sig), std::move(functional), std::vector<int32_t>{}, std::move(hidden)));
+  record_native(name, spec.dtypes);
+  (dispatches_without_tensors(handle.schema()) ? report.factory_kernels : report.kernels).emplace_back(
+      handle.operator_name(),
+      c10::KernelFunction::makeFromBoxedFunctor(std::make_unique<NativeKernel>(
+          own, std::move(sig), std::move(functional), std::vector<int32_t>{}, std::move(hidden))));
   report.registered.push_back(name);
 }
 
@@ -293,9 +306,17 @@ void register_custom_kernel(
   spec.user_data = user_data;
   spec.dtypes = dtypes;
   spec.flags = flags;
-  install_kernel(
-      *handle, qualified_name, dtypes,
-      std::make_unique<NativeKernel>(spec, std::move(sig), std::nullopt, std::move(output_like)));
+  serve(handle->operator_name(),
+        c10::KernelFunction::makeFromBoxedFunctor(std::make_unique<NativeKernel>(
+            spec, std::move(sig), std::nullopt, std::move(output_like))));
+  record_native(qualified_name, dtypes);
+}
+
+void install_plugin_kernels(const std::vector<std::pair<c10::OperatorName, c10::KernelFunction>>& kernels) {
+  kernel_registrations().reserve(kernel_registrations().size() + kernels.size());
+  for (const auto& [op, kernel] : kernels) {
+    serve(op, kernel);
+  }
 }
 
 bool has_native_kernel(const std::string& op, c10::ScalarType dtype) {

@@ -23,14 +23,26 @@ struct KernelRegistration {
   std::vector<std::pair<std::string, std::string>> adapted;
   // What registering should warn about (raised as Python warnings by the caller).
   std::vector<std::string> warnings;
+  // The kernels for the dispatcher's PrivateUse1 slots (install_plugin_kernels):
+  // of ops that take no tensor they must be given (factory ops), which a
+  // device argument routes to the device before any tensor lives there, and
+  // of all the others.
+  std::vector<std::pair<c10::OperatorName, c10::KernelFunction>> factory_kernels;
+  std::vector<std::pair<c10::OperatorName, c10::KernelFunction>> kernels;
 };
 
-// Registers the plugin's kernels (table and symbol convention) with the
-// dispatcher (for PrivateUse1, in any namespace). `disabled` names operators
-// to leave to the fallback chain.
+// Checks the plugin's kernels (table and symbol convention) against the
+// running PyTorch and makes one for each operator it serves, in any namespace,
+// with the in-place and out= overloads a functional kernel also serves;
+// has_native_kernel knows them from here on, and install_plugin_kernels puts
+// them into the dispatcher. `disabled` names operators to leave to the
+// fallback chain.
 KernelRegistration register_plugin_kernels(
     const Plugin& plugin,
     const std::set<std::string>& disabled);
+
+// Serves each operator of `kernels` with its kernel on PrivateUse1.
+void install_plugin_kernels(const std::vector<std::pair<c10::OperatorName, c10::KernelFunction>>& kernels);
 
 // Registers a plugin kernel for a custom operator whose schema is already
 // defined. Output i is shaped like the tensor argument at schema position

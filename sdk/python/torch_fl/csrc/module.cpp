@@ -5,6 +5,7 @@
 #include "caching_allocator.h"
 #include "cpp_meta.h"
 #include "fallback.h"
+#include "first_use.h"
 #include "generator.h"
 #include "hooks.h"
 #include "host_allocator.h"
@@ -305,17 +306,25 @@ py::dict register_backend(const std::vector<std::string>& disabled_list) {
       torch::Library::IMPL, "aten", c10::DispatchKey::Negative, __FILE__, __LINE__);
   register_math_bit_fallthroughs(*libs.conjugate, *libs.negative);
   KernelRegistration report = register_plugin_kernels(plugin, disabled);
-  register_rule_kernels(*libs.aten, report.registered);
+  install_plugin_kernels(report.factory_kernels);
   libs.fallback = std::make_unique<torch::Library>(
       torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   register_fallback(*libs.fallback);
-  libs.autocast = std::make_unique<torch::Library>(
-      torch::Library::IMPL, "aten", c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__);
-  register_autocast(*libs.autocast);
-  // Ops without an autocast rule run unchanged, as PyTorch does for its own devices.
-  libs.autocast_fallthrough = std::make_unique<torch::Library>(
-      torch::Library::IMPL, "_", c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__);
-  libs.autocast_fallthrough->fallback(torch::CppFunction::makeFallthrough());
+  // Everything that only an op on a device tensor reaches (autocast included:
+  // its key comes from the tensors) waits for the device's first use
+  // (first_use.h).
+  defer_to_first_use([kernels = std::move(report.kernels), native = report.registered] {
+    install_plugin_kernels(kernels);
+    Libraries& libs = libraries();
+    register_rule_kernels(*libs.aten, native);
+    libs.autocast = std::make_unique<torch::Library>(
+        torch::Library::IMPL, "aten", c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__);
+    register_autocast(*libs.autocast);
+    // Ops without an autocast rule run unchanged, as PyTorch does for its own devices.
+    libs.autocast_fallthrough = std::make_unique<torch::Library>(
+        torch::Library::IMPL, "_", c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__);
+    libs.autocast_fallthrough->fallback(torch::CppFunction::makeFallthrough());
+  });
 
   py::dict out;
   out["registered"] = report.registered;
@@ -412,6 +421,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("has_plugin", [] { return active_plugin_or_null() != nullptr; });
   m.def("plugin_info", [] { return plugin_dict(active_plugin()); });
   m.def("register_backend", &register_backend, py::arg("disabled"));
+  // What registering left for the device's first use (first_use.h), done now:
+  // for whoever reads the dispatcher's tables before the device is used.
+  m.def("install_deferred", [] { on_first_use(); });
+  m.def("first_use_pending", &first_use_pending);
   m.def("shutdown", &shutdown);
 
   m.def("device_count", [] {
