@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <shared_mutex>
+#include <sstream>
 
 namespace torch_fl::bridge {
 
@@ -131,15 +132,29 @@ void register_one(
         name, "served by the kernel of " + spec.op + ", which does not receive " + quoted(hidden.names));
   }
   record_native(name, spec.dtypes);
-  (dispatches_without_tensors(handle.schema()) ? report.factory_kernels : report.kernels).emplace_back(
-      handle.operator_name(),
-      c10::KernelFunction::makeFromBoxedFunctor(std::make_unique<NativeKernel>(
-          own, std::move(sig), std::move(functional), std::vector<int32_t>{}, std::move(hidden))));
+  // The kernel object itself is made when it goes into the dispatcher.
+  (dispatches_without_tensors(handle.schema()) ? report.factory_kernels : report.kernels).push_back(
+      {handle.operator_name(),
+       [own = std::move(own), sig = std::move(sig), functional = std::move(functional),
+        hidden = std::move(hidden)] {
+         return c10::KernelFunction::makeFromBoxedFunctor(
+             std::make_unique<NativeKernel>(own, sig, functional, std::vector<int32_t>{}, hidden));
+       }});
   report.registered.push_back(name);
 }
 
 bool is_composite_implicit(const c10::OperatorHandle& handle) {
   return handle.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+}
+
+// c10::toString(schema), through one stream for every kernel: making a
+// stream costs more than formatting a schema into it.
+std::string schema_text(const c10::FunctionSchema& schema) {
+  static thread_local std::ostringstream os;
+  os.str(std::string());
+  os.clear();
+  os << schema;
+  return os.str();
 }
 
 // The schema guard: false (with the reason and a warning in `report`) when
@@ -148,7 +163,7 @@ bool guard_schema(KernelSpec& spec, const c10::OperatorHandle& handle, KernelReg
   if (spec.schema.empty()) {
     return true;
   }
-  const std::string running = c10::toString(handle.schema());
+  const std::string running = schema_text(handle.schema());
   if (spec.schema == running) {
     return true; // PyTorch's own text: nothing to parse
   }
@@ -312,10 +327,10 @@ void register_custom_kernel(
   record_native(qualified_name, dtypes);
 }
 
-void install_plugin_kernels(const std::vector<std::pair<c10::OperatorName, c10::KernelFunction>>& kernels) {
+void install_plugin_kernels(const std::vector<PendingKernel>& kernels) {
   kernel_registrations().reserve(kernel_registrations().size() + kernels.size());
-  for (const auto& [op, kernel] : kernels) {
-    serve(op, kernel);
+  for (const PendingKernel& kernel : kernels) {
+    serve(kernel.op, kernel.make());
   }
 }
 

@@ -8,12 +8,19 @@
 
 #include <torch/library.h>
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
 namespace torch_fl::bridge {
+
+// A kernel for the dispatcher's PrivateUse1 slot of `op`, made when it goes there.
+struct PendingKernel {
+  c10::OperatorName op;
+  std::function<c10::KernelFunction()> make;
+};
 
 struct KernelRegistration {
   std::vector<std::string> registered;                      // schema names
@@ -27,8 +34,8 @@ struct KernelRegistration {
   // of ops that take no tensor they must be given (factory ops), which a
   // device argument routes to the device before any tensor lives there, and
   // of all the others.
-  std::vector<std::pair<c10::OperatorName, c10::KernelFunction>> factory_kernels;
-  std::vector<std::pair<c10::OperatorName, c10::KernelFunction>> kernels;
+  std::vector<PendingKernel> factory_kernels;
+  std::vector<PendingKernel> kernels;
 };
 
 // Checks the plugin's kernels (table and symbol convention) against the
@@ -42,7 +49,7 @@ KernelRegistration register_plugin_kernels(
     const std::set<std::string>& disabled);
 
 // Serves each operator of `kernels` with its kernel on PrivateUse1.
-void install_plugin_kernels(const std::vector<std::pair<c10::OperatorName, c10::KernelFunction>>& kernels);
+void install_plugin_kernels(const std::vector<PendingKernel>& kernels);
 
 // Registers a plugin kernel for a custom operator whose schema is already
 // defined. Output i is shaped like the tensor argument at schema position
