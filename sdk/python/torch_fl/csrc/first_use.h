@@ -14,7 +14,13 @@
 //     get_amp_supported_dtype), and whoever inspects the dispatcher from
 //     Python (torch_fl._C.install_deferred()).
 // What a plugin registers (its report, has_native_kernel) is settled at
-// registration; only the dispatcher's tables wait.
+// registration; only the dispatcher's tables wait. Ops that take no tensor
+// they must be given (factory ops) are served at registration: a device
+// argument routes them to the device before any tensor lives there. One way
+// in stays loud rather than served: autocast switched on with
+// torch.set_autocast_enabled (not torch.autocast) around fake tensors before
+// any allocation finds no autocast kernel and raises PyTorch's "could not
+// run ... with arguments from the Autocast<device> backend".
 #pragma once
 
 #include <c10/macros/Macros.h>
