@@ -70,7 +70,7 @@ _entry_points = metadata.entry_points
 
 class _Timed:
     def __init__(self, ep):
-        self.ep, self.name, self.value = ep, ep.name, ep.value
+        self.ep, self.name = ep, ep.name
     def load(self):
         fn = self.ep.load()
         def call():
