@@ -31,13 +31,26 @@ inline __attribute__((always_inline)) float bits_to_float(int32_t bits) {
   return f;
 }
 
+inline __attribute__((always_inline)) int32_t float_to_bits(float f) {
+  int32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
 // Each is always inlined: a call in a loop stops the loop from vectorizing.
-// exp of an argument already clamped to [-104, 88.8]: n = round(x / ln 2) by
-// the 1.5 * 2^23 trick (valid for |x / ln 2| < 2^22), r = x - n ln 2 with
-// ln 2 split so the product is exact, a polynomial for exp(r), and 2^n in two
-// factors so n from -150 to 128 scales without overflow of the exponent field.
+// exp of an argument already clamped to [-104, 88.8] (or NaN, which gives
+// NaN): n = round(x / ln 2) by the 1.5 * 2^23 trick (valid for
+// |x / ln 2| < 2^22; the sum holds n in its low mantissa bits, so n needs no
+// float-to-int conversion), r = x - n ln 2 with ln 2 split so the product is
+// exact, a polynomial for exp(r), and 2^n in two factors so n from -150 to
+// 128 scales without overflow of the exponent field: the first product is
+// exact, the second rounds once. The clamp's ends need no select: -104 gives
+// +0 and 88.8 gives inf. Integer steps in uint32_t: a NaN's garbage exponent
+// wraps instead of overflowing.
 inline __attribute__((always_inline)) float exp_f32_clamped(float xc) {
-  const float n = mul_add(xc, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
+  constexpr float kShift = 12582912.0f;  // 1.5 * 2^23
+  const float shifted = mul_add(xc, 1.44269504088896341f, kShift);
+  const float n = shifted - kShift;
   const float r = mul_add(n, 2.12194440e-4f, mul_add(n, -0.693359375f, xc));
   float p = 1.9875691500e-4f;
   p = mul_add(p, r, 1.3981999507e-3f);
@@ -46,30 +59,27 @@ inline __attribute__((always_inline)) float exp_f32_clamped(float xc) {
   p = mul_add(p, r, 1.6666665459e-1f);
   p = mul_add(p, r, 5.0000001201e-1f);
   const float y = mul_add(p, r * r, r) + 1.0f;
-  const int32_t ni = static_cast<int32_t>(n);
-  const int32_t half = ni / 2;
-  const float s1 = bits_to_float((half + 127) << 23), s2 = bits_to_float((ni - half + 127) << 23);
+  const uint32_t ni = static_cast<uint32_t>(float_to_bits(shifted)) - static_cast<uint32_t>(float_to_bits(kShift));
+  const uint32_t half = static_cast<uint32_t>(static_cast<int32_t>(ni) >> 1);
+  const float s1 = bits_to_float(static_cast<int32_t>((half + 127u) << 23));
+  const float s2 = bits_to_float(static_cast<int32_t>((ni - half + 127u) << 23));
   return y * s1 * s2;
 }
 
 inline __attribute__((always_inline)) float exp_f32(float x) {
-  // Beyond these, expf is inf or 0 (-104 is below the smallest denormal); NaN
-  // is replaced by 0 on the way and restored at the end. Plain selects, not
-  // fmin/fmax (library calls under IEEE rules), so the loop stays straight.
+  // Below -104 expf is 0 (the smallest denormal is above exp(-103.3)), above
+  // 88.8 inf. Plain selects, not fmin/fmax (library calls under IEEE rules),
+  // so the loop stays straight; a NaN passes both and is returned as given.
   float xc = x < -104.0f ? -104.0f : x;
   xc = xc > 88.8f ? 88.8f : xc;
-  xc = x != x ? 0.0f : xc;
-  float out = exp_f32_clamped(xc);
-  out = x < -104.0f ? 0.0f : out;
-  out = x > 88.8f ? HUGE_VALF : out;
+  const float out = exp_f32_clamped(xc);
   return x != x ? x : out;
 }
 
 // exp_f32 of an argument known not to be positive (sigmoid's, the normal
-// PDF's), with exp_f32's bits there and three selects fewer; NaN gives NaN.
+// PDF's), with exp_f32's bits there and two selects fewer; NaN gives NaN.
 inline __attribute__((always_inline)) float exp_nonpositive_f32(float x) {
-  const float out = exp_f32_clamped(x < -104.0f ? -104.0f : x);
-  return x < -104.0f ? 0.0f : out;
+  return exp_f32_clamped(x < -104.0f ? -104.0f : x);
 }
 
 // erf on [0.5, 3.92] as a polynomial in t = (x - 2.21) / 1.71, lowest
@@ -136,7 +146,8 @@ inline __attribute__((always_inline)) float tanh_f32(float x) {
   p = mul_add(p, z, -3.33332819422e-1f);
   const float near = mul_add(p * z, x, x);
   // Beyond 44, exp(2|x|) would overflow; tanh is 1 in float32 long before.
-  const float e = exp_f32(2.0f * (a > 44.0f ? 44.0f : a));
+  // The clamped argument is in exp_f32_clamped's range (NaN stays NaN).
+  const float e = exp_f32_clamped(2.0f * (a > 44.0f ? 44.0f : a));
   const float far = std::copysign(1.0f - 2.0f / (e + 1.0f), x);
   return a < 0.625f ? near : far;  // NaN takes `far`, which is NaN
 }
