@@ -66,8 +66,4 @@ void detail::run_first_use() {
       "first use, so the device cannot be used in this process: ", s.failure);
 }
 
-bool first_use_pending() {
-  return detail::g_first_use_pending.load(std::memory_order_acquire);
-}
-
 } // namespace torch_fl::bridge

@@ -38,16 +38,18 @@ void run_first_use();
 // Queues `work` for the device's first use.
 void defer_to_first_use(std::function<void()> work);
 
+// Whether queued work waits for the first use (tests, diagnostics).
+inline bool first_use_pending() {
+  return detail::g_first_use_pending.load(std::memory_order_acquire);
+}
+
 // Runs the queued work once, on the first call after something was queued.
 // A failure is kept: every later call raises it again (the device cannot be
 // used with half its kernels in place).
 inline void on_first_use() {
-  if (C10_UNLIKELY(detail::g_first_use_pending.load(std::memory_order_acquire))) {
+  if (C10_UNLIKELY(first_use_pending())) {
     detail::run_first_use();
   }
 }
-
-// Whether queued work waits for the first use (tests, diagnostics).
-bool first_use_pending();
 
 } // namespace torch_fl::bridge
