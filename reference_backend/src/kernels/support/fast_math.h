@@ -47,7 +47,12 @@ inline __attribute__((always_inline)) int32_t float_to_bits(float f) {
 // exact, the second rounds once. The clamp's ends need no select: -104 gives
 // +0 and 88.8 gives inf. Integer steps in uint32_t: a NaN's garbage exponent
 // wraps instead of overflowing.
-inline __attribute__((always_inline)) float exp_f32_clamped(float xc) {
+struct ExpSplit {
+  float y;     // exp(r), in [0.70, 1.42]
+  uint32_t n;  // exp(x) = 2^n exp(r)
+};
+
+inline __attribute__((always_inline)) ExpSplit exp_split(float xc) {
   constexpr float kShift = 12582912.0f;  // 1.5 * 2^23
   const float shifted = mul_add(xc, 1.44269504088896341f, kShift);
   const float n = shifted - kShift;
@@ -58,12 +63,24 @@ inline __attribute__((always_inline)) float exp_f32_clamped(float xc) {
   p = mul_add(p, r, 4.1665795894e-2f);
   p = mul_add(p, r, 1.6666665459e-1f);
   p = mul_add(p, r, 5.0000001201e-1f);
-  const float y = mul_add(p, r * r, r) + 1.0f;
-  const uint32_t ni = static_cast<uint32_t>(float_to_bits(shifted)) - static_cast<uint32_t>(float_to_bits(kShift));
-  const uint32_t half = static_cast<uint32_t>(static_cast<int32_t>(ni) >> 1);
+  return {mul_add(p, r * r, r) + 1.0f,
+          static_cast<uint32_t>(float_to_bits(shifted)) - static_cast<uint32_t>(float_to_bits(kShift))};
+}
+
+inline __attribute__((always_inline)) float exp_f32_clamped(float xc) {
+  const ExpSplit e = exp_split(xc);
+  const uint32_t half = static_cast<uint32_t>(static_cast<int32_t>(e.n) >> 1);
   const float s1 = bits_to_float(static_cast<int32_t>((half + 127u) << 23));
-  const float s2 = bits_to_float(static_cast<int32_t>((ni - half + 127u) << 23));
-  return y * s1 * s2;
+  const float s2 = bits_to_float(static_cast<int32_t>((e.n - half + 127u) << 23));
+  return e.y * s1 * s2;
+}
+
+// exp of an argument in [-87, 88] (or NaN), where the result and 2^n are
+// normal floats: one product, the same bits as exp_f32_clamped (whose first
+// product is exact).
+inline __attribute__((always_inline)) float exp_f32_normal(float xc) {
+  const ExpSplit e = exp_split(xc);
+  return e.y * bits_to_float(static_cast<int32_t>((e.n + 127u) << 23));
 }
 
 inline __attribute__((always_inline)) float exp_f32(float x) {
@@ -146,8 +163,8 @@ inline __attribute__((always_inline)) float tanh_f32(float x) {
   p = mul_add(p, z, -3.33332819422e-1f);
   const float near = mul_add(p * z, x, x);
   // Beyond 44, exp(2|x|) would overflow; tanh is 1 in float32 long before.
-  // The clamped argument is in exp_f32_clamped's range (NaN stays NaN).
-  const float e = exp_f32_clamped(2.0f * (a > 44.0f ? 44.0f : a));
+  // The clamped argument is in exp_f32_normal's range (NaN stays NaN).
+  const float e = exp_f32_normal(2.0f * (a > 44.0f ? 44.0f : a));
   const float far = std::copysign(1.0f - 2.0f / (e + 1.0f), x);
   return a < 0.625f ? near : far;  // NaN takes `far`, which is NaN
 }
