@@ -43,25 +43,47 @@ def _busy(seconds: float) -> None:
 
 
 def interleaved(benchmark: Any, timed: Callable[[], object], baseline: Callable[[], object],
-                label: str, rounds: int, warmup: int = 0, pause_s: float = 0.0) -> None:
+                label: str, rounds: int, warmup: int = 0, pause_s: float = 0.0,
+                switch: Callable[[bool], object] | None = None) -> None:
     """Benchmarks `timed` against `baseline` round by round: the ratio of
     medians is reported under `label` (conftest.py). `warmup` untimed calls
     of each side come first. With `pause_s`, each timed call of either side
     follows its settling calls after the host has been busy elsewhere for
-    that long."""
-    for _ in range(warmup):
-        baseline()
-        timed()
+    that long. With `switch`, switch(True) runs before each turn of the timed
+    side (its settling calls, then its timed call) and switch(False) before
+    each turn of the baseline and once at the end, all untimed: what only the
+    timed side runs under (a profiling session) is set up and taken down
+    between the turns."""
+    def turn(timed_side: bool) -> None:
+        if switch is not None:
+            switch(timed_side)
+
+    if switch is None:
+        for _ in range(warmup):
+            baseline()
+            timed()
+    else:
+        turn(False)
+        for _ in range(warmup):
+            baseline()
+        turn(True)
+        for _ in range(warmup):
+            timed()
     times: list[float] = []
 
     def baseline_round() -> None:
+        turn(False)
         _settle(baseline)
         _busy(pause_s)
         start = time.perf_counter()
         baseline()
         times.append(time.perf_counter() - start)
+        turn(True)
         _settle(timed)
         _busy(pause_s)
 
-    benchmark.pedantic(timed, setup=baseline_round, rounds=rounds, iterations=1)
+    try:
+        benchmark.pedantic(timed, setup=baseline_round, rounds=rounds, iterations=1)
+    finally:
+        turn(False)
     benchmark.extra_info.update(baseline=label, baseline_median_s=statistics.median(times))

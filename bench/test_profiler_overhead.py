@@ -1,6 +1,7 @@
 """What profiling the device costs: 20 forwards of a small MLP (16 -> 64 -> ReLU -> 4,
 batch 32) on flemu, unprofiled against the same forwards inside each profiler, in the
-same run.
+same rounds (_interleave.py; a profiling session of its own for each round's profiled
+turn, opened and closed untimed).
 
 - stubs: torch.autograd.profiler.profile(use_device="flemu") (two timing events per
   operator; target <= 2.0x)
@@ -24,10 +25,12 @@ from torch.autograd.profiler import profile as autograd_profile
 from torch.profiler import ProfilerActivity
 
 import torch_fl
+from _interleave import interleaved
 from _report import row
 
 FORWARDS = 20
 ROUNDS = 100
+INTERLEAVED_ROUNDS = 30
 
 
 @pytest.fixture(scope="module")
@@ -69,12 +72,24 @@ def test_mlp_unprofiled(benchmark, forwards) -> None:  # noqa: ANN001
 
 
 def test_mlp_profiled(benchmark, forwards, profiler) -> None:  # noqa: ANN001
+    """Profiled forwards against unprofiled ones in the same rounds
+    (_interleave.py): each round's profiled turn runs in a profiling session
+    of its own, opened before its settling calls and closed, its events
+    processed, before the next unprofiled turn, all untimed."""
     name, make = profiler
-    benchmark.extra_info.update(baseline="test_mlp_unprofiled")
     row(benchmark, f"{FORWARDS} MLP forwards profiled vs unprofiled", LABELS[name],
         2.0 if name != "cpu_only" else None)
-    with make():
-        benchmark.pedantic(forwards, rounds=ROUNDS, warmup_rounds=2)
+    session: list[AbstractContextManager] = []
+
+    def switch(profiled: bool) -> None:
+        if session:
+            session.pop().__exit__(None, None, None)
+        if profiled:
+            session.append(make())
+            session[0].__enter__()
+
+    interleaved(benchmark, forwards, forwards, "unprofiled forwards, interleaved", rounds=INTERLEAVED_ROUNDS,
+                warmup=2, switch=switch)
 
 
 def test_mlp_profiled_session(benchmark, forwards, profiler) -> None:  # noqa: ANN001
