@@ -471,7 +471,7 @@ TFL_Error* Event_Record(TFL_Event_Record_Args* args) {
     Stream& stream = stream_from_handle(args->stream);
     if (stream.device() != event.device())
       invalid_argument("the event belongs to device ", event.device(), " but the stream to device ", stream.device());
-    event.record(stream.shared_from_this());
+    event.record(stream);
   });
 }
 

@@ -323,18 +323,26 @@ TFL_Error* Stream::take_error(uint64_t before) {
 // Event
 // ---------------------------------------------------------------------------
 
-void Event::record(const std::shared_ptr<Stream>& stream) {
+void Event::record(Stream& stream) {
   uint64_t generation;
+  bool at_once;
   {
     std::lock_guard<std::mutex> lock(mu_);
     generation = recorded_gen_.load(std::memory_order_relaxed) + 1;
     recorded_gen_.store(generation, std::memory_order_release);
-    stream_ = stream;
+    stream_ = stream.weak_from_this();
     // The host never enqueues on one stream from two threads at once, so the
-    // marker gets the next sequence number.
-    marker_seq_ = stream->submitted() + 1;
+    // marker gets the next sequence number (the next task's where it runs at
+    // once: errors of tasks before it are still the ones synchronize reports).
+    const uint64_t submitted = stream.submitted();
+    marker_seq_ = submitted + 1;
+    at_once = stream.completed() == submitted && !stream.delays_tasks();
   }
-  stream->submit("Event_Record", [self = shared_from_this(), generation] { self->complete(generation); });
+  if (at_once) {
+    complete(generation);
+    return;
+  }
+  stream.submit("Event_Record", [self = shared_from_this(), generation] { self->complete(generation); });
 }
 
 void Event::complete(uint64_t generation) {

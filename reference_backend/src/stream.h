@@ -103,6 +103,8 @@ class Stream : public std::enable_shared_from_this<Stream> {
   uint64_t submitted() const { return submitted_.load(std::memory_order_acquire); }
   uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
   bool idle() const { return completed() == submitted(); }
+  // Whether tasks run after a random delay (FLEMU_SANITIZE).
+  bool delays_tasks() const { return sanitize_us_ != 0; }
   // Blocks the calling thread until task `seq` has run.
   void wait(uint64_t seq);
   void wait_idle() { wait(submitted()); }
@@ -205,8 +207,11 @@ class Event : public std::enable_shared_from_this<Event> {
   bool timing() const { return (flags_ & TFL_EVENT_TIMING) != 0; }
   bool valid() const { return magic_ == kMagic; }
 
-  // Enqueues a marker on `stream`; the event completes when it runs.
-  void record(const std::shared_ptr<Stream>& stream);
+  // Enqueues a marker on `stream`; the event completes when it runs. On a
+  // stream that has run everything enqueued on it (and delays no task, as
+  // FLEMU_SANITIZE does) the marker would run at once: the event completes
+  // here instead, with no task for the stream's worker.
+  void record(Stream& stream);
   bool query() const;
   bool recorded() const { return recorded_gen_.load(std::memory_order_acquire) != 0; }
   // Blocks until the event as recorded now has completed; returns the

@@ -3,7 +3,9 @@
 // chunk recycling, whether built in their slot or on the heap; a sleeping
 // worker wakes, also for a task enqueued just as it goes to sleep;
 // destruction drains; a task's captures are released before it counts as
-// done; a failing task becomes the pending error; two threads enqueueing at
+// done; a failing task becomes the pending error; an event recorded on an
+// idle stream completes at once, on a busy one after the work before it,
+// reporting only that work's failure; two threads enqueueing at
 // once are serialized and, when asked, reported as a host contract
 // violation; a thread waiting for a stream works on the pool's job in
 // progress, in a helper's place when it waits after every job, and keeps
@@ -174,6 +176,59 @@ void failures_become_the_pending_error() {
   expect(error_text(s.take_error()).empty(), "the pending error is reported once");
 }
 
+// An event recorded on a stream that has run everything enqueued on it
+// completes at once, with no task for the worker (but not on a stream that
+// delays its tasks, FLEMU_SANITIZE); on a busy stream only once the work
+// before it has run. Either way its synchronize reports the failure of work
+// enqueued before it, not of work enqueued after.
+void events_on_idle_and_busy_streams() {
+  auto s = std::make_shared<flemu::Stream>(0, 9, 0, 0);
+  s->submit("aten::before", [] { flemu::fail(TFL_ERR_INTERNAL, "boom"); });
+  s->wait_idle();
+  auto e = std::make_shared<flemu::Event>(0, TFL_EVENT_TIMING);
+  const uint64_t submitted = s->submitted();
+  const int64_t t0 = flemu::now_ns();
+  e->record(*s);
+  const int64_t t1 = flemu::now_ns();
+  expect(e->query() && s->submitted() == submitted,
+         "an event recorded on an idle stream has completed at once, with no task enqueued");
+  expect(e->timestamp_ns() >= t0 && e->timestamp_ns() <= t1, "its timestamp is the time of the record");
+  const std::string msg = error_text(e->synchronize());
+  expect(msg.find("aten::before") != std::string::npos,
+         "its synchronize reports the failure of work enqueued before it: " + msg);
+
+  s->submit("aten::after", [] { flemu::fail(TFL_ERR_INTERNAL, "later"); });
+  s->wait_idle();
+  e->record(*s);
+  s->submit("aten::third", [] { flemu::fail(TFL_ERR_INTERNAL, "third"); });
+  s->wait_idle();
+  const std::string before = error_text(e->synchronize());
+  expect(before.find("aten::after") != std::string::npos, "a re-record reports the failure before it: " + before);
+  expect(error_text(s->take_error()).empty(), "... once");
+
+  std::atomic<bool> release{false};
+  s->submit("hold", [&release] {
+    while (!release.load()) std::this_thread::yield();
+  });
+  auto busy = std::make_shared<flemu::Event>(0, TFL_EVENT_TIMING);
+  const uint64_t held = s->submitted();
+  busy->record(*s);
+  s->submit("aten::later", [] { flemu::fail(TFL_ERR_INTERNAL, "later"); });
+  expect(!busy->query() && s->submitted() == held + 2,
+         "an event recorded behind unfinished work waits for it, as a task of the stream");
+  release.store(true);
+  expect(error_text(busy->synchronize()).empty() && busy->query(),
+         "it completes once that work has run, and does not report a failure enqueued after it");
+  s->wait_idle();
+  expect(error_text(s->take_error()).find("aten::later") != std::string::npos, "that failure stays pending");
+
+  auto delayed = std::make_shared<flemu::Stream>(0, 10, /*sanitize_us=*/20, /*sanitize_seed=*/1);
+  auto marker = std::make_shared<flemu::Event>(0, 0);
+  marker->record(*delayed);
+  expect(delayed->submitted() == 1, "a stream that delays its tasks gets its marker as a task even when idle");
+  expect(error_text(marker->synchronize()).empty() && marker->query(), "... which completes");
+}
+
 void throwing_closure_loses_nothing() {
   struct Throws {
     bool armed;
@@ -270,7 +325,7 @@ void waiting_thread_lends_its_core(bool by_event) {
   std::shared_ptr<flemu::Event> event;
   if (by_event) {
     event = std::make_shared<flemu::Event>(0, 0);
-    event->record(s);
+    event->record(*s);
   }
   // The waiter polls for 20 us before it sleeps: it comes once the job runs.
   while (!started.load()) std::this_thread::yield();
@@ -401,6 +456,7 @@ int main() {
   destruction_drains();
   captures_released_before_done();
   failures_become_the_pending_error();
+  events_on_idle_and_busy_streams();
   throwing_closure_loses_nothing();
   concurrent_producers(false);
   concurrent_producers(true);
