@@ -334,9 +334,8 @@ void Event::record(Stream& stream) {
     // The host never enqueues on one stream from two threads at once, so the
     // marker gets the next sequence number (the next task's where it runs at
     // once: errors of tasks before it are still the ones synchronize reports).
-    const uint64_t submitted = stream.submitted();
-    marker_seq_ = submitted + 1;
-    at_once = stream.completed() == submitted && !stream.delays_tasks();
+    marker_seq_ = stream.submitted() + 1;
+    at_once = stream.idle() && !stream.delays_tasks();
   }
   if (at_once) {
     complete(generation);

@@ -38,15 +38,11 @@ inline __attribute__((always_inline)) int32_t float_to_bits(float f) {
 }
 
 // Each is always inlined: a call in a loop stops the loop from vectorizing.
-// exp of an argument already clamped to [-104, 88.8] (or NaN, which gives
-// NaN): n = round(x / ln 2) by the 1.5 * 2^23 trick (valid for
-// |x / ln 2| < 2^22; the sum holds n in its low mantissa bits, so n needs no
+// exp(x) = 2^n exp(r) for |x / ln 2| < 2^22: n = round(x / ln 2) by the
+// 1.5 * 2^23 trick (the sum holds n in its low mantissa bits, so n needs no
 // float-to-int conversion), r = x - n ln 2 with ln 2 split so the product is
-// exact, a polynomial for exp(r), and 2^n in two factors so n from -150 to
-// 128 scales without overflow of the exponent field: the first product is
-// exact, the second rounds once. The clamp's ends need no select: -104 gives
-// +0 and 88.8 gives inf. Integer steps in uint32_t: a NaN's garbage exponent
-// wraps instead of overflowing.
+// exact, a polynomial for exp(r). n is taken in uint32_t: a NaN's garbage
+// exponent wraps instead of overflowing.
 struct ExpSplit {
   float y;     // exp(r), in [0.70, 1.42]
   uint32_t n;  // exp(x) = 2^n exp(r)
@@ -67,6 +63,10 @@ inline __attribute__((always_inline)) ExpSplit exp_split(float xc) {
           static_cast<uint32_t>(float_to_bits(shifted)) - static_cast<uint32_t>(float_to_bits(kShift))};
 }
 
+// exp of an argument already clamped to [-104, 88.8] (or NaN, which gives
+// NaN), 2^n in two factors so n from -150 to 128 scales without overflow of
+// the exponent field: the first product is exact, the second rounds once.
+// The clamp's ends need no select: -104 gives +0 and 88.8 gives inf.
 inline __attribute__((always_inline)) float exp_f32_clamped(float xc) {
   const ExpSplit e = exp_split(xc);
   const uint32_t half = static_cast<uint32_t>(static_cast<int32_t>(e.n) >> 1);
@@ -176,8 +176,7 @@ inline __attribute__((always_inline)) float tanh_f32(float x) {
 inline __attribute__((always_inline)) float log_f32(float x) {
   const bool denormal = x < 1.17549435e-38f;  // also 0 and negatives, replaced below
   const float xs = denormal ? x * 8388608.0f : x;
-  int32_t bits;
-  std::memcpy(&bits, &xs, sizeof bits);
+  const int32_t bits = float_to_bits(xs);
   const float m = bits_to_float((bits & 0x007fffff) | 0x3f000000);  // in [0.5, 1)
   const bool low = m < 0.707106781186547524f;
   const int32_t e = ((bits >> 23) & 0xff) - 126 - (low ? 1 : 0);
