@@ -4,7 +4,7 @@ range a model feeds it (sin and cos up to 100 in magnitude, as rotary
 position embeddings do). Ratio of medians flemu / CPU (target: <= 1.1x), the
 two sides timed in the same rounds (_interleave.py); nothing fails on a time.
 Before timing, each op's flemu result is held to float64 within the bound its
-float32 form keeps (support/fast_math.h: 1 ulp; log1p and tanh 2, sigmoid
+float32 form keeps (support/fast_math.h: 1 ulp, exp2 0.92 and log2 0.75; log1p and tanh 2, sigmoid
 2.5 and silu 3.5, built from exp; rounding exact; the forms evaluated in
 double, support/double_math.h, 1; hardswish 2), so a fast kernel that got less accurate
 fails here instead of reporting a ratio."""
@@ -23,7 +23,9 @@ N = 1 << 20
 # op: (low, high) of the uniform inputs, ulp bound against float64
 FLOAT32_OPS = {
     "exp": ((-10.0, 10.0), 1.0),
+    "exp2": ((-20.0, 20.0), 0.92),
     "log": ((1e-3, 100.0), 1.0),
+    "log2": ((1e-3, 100.0), 0.75),
     "log1p": ((-0.99, 100.0), 2.0),
     "sqrt": ((0.0, 100.0), 0.5),
     "rsqrt": ((1e-3, 100.0), 1.5),
@@ -41,9 +43,7 @@ FLOAT32_OPS = {
 # Evaluated in double (support/double_math.h; they ran on the CPU fallback
 # before): their own row.
 IN_DOUBLE_OPS = {
-    "exp2": ((-20.0, 20.0), 1.0),
     "expm1": ((-5.0, 5.0), 1.0),
-    "log2": ((1e-3, 100.0), 1.0),
     "tan": ((-1.5, 1.5), 1.0),
     "atan": ((-10.0, 10.0), 1.0),
     "asin": ((-1.0, 1.0), 1.0),

@@ -1,7 +1,7 @@
-"""flemu's vectorizable float32 exp, erf, log, log1p, sin and cos
+"""flemu's vectorizable float32 exp, exp2, erf, log, log2, log1p, sin and cos
 (support/fast_math.h, used by their kernels, gelu, softmax and fused regions),
-and the functions it evaluates in double (support/double_math.h: tan, exp2,
-expm1, log2, log10, sinh, cosh, atan, asin, acos, atanh, asinh, acosh, logit,
+and the functions it evaluates in double (support/double_math.h: tan,
+expm1, log10, sinh, cosh, atan, asin, acos, atanh, asinh, acosh, logit,
 softplus, mish and its gradient, elu), against libm in double over their whole
 ranges (built from the headers alone)."""
 

@@ -1,5 +1,5 @@
 // float32 functions evaluated in double, without libm calls or branches, so
-// loops over them vectorize: exp2, expm1, log2, log10, sinh, cosh, atan,
+// loops over them vectorize: expm1, log10, sinh, cosh, atan,
 // asin, acos, atanh, asinh, acosh, logit, and the activations elu (with its
 // gradient) and mish. Each evaluates its formula in double from a
 // float32 argument, with relative error near 1e-13, and rounds once to float: within
@@ -199,23 +199,7 @@ inline __attribute__((always_inline)) double asin_half_f64(double z) {
 
 // ---- float32 functions (each rounds its double once) ----
 
-// 2^x = 2^n 2^f with n = round(x) and f = x - n, exact in double; 2^f from
-// exp_parts(f ln 2). An integer x gives 2^n exactly (2^-150 rounds to 0 in
-// float, as a tie must).
-inline __attribute__((always_inline)) float exp2_f32(float x) {
-  const double xd = x < -200.0f ? -200.0 : (x > 200.0f ? 200.0 : static_cast<double>(x));
-  const Rounded n = round_with_pow2(xd);
-  const ExpParts e = exp_parts((xd - n.n) * 6.93147180559945309417e-01);
-  const double scale = n.pow2 * e.scale;
-  const float out = static_cast<float>(mul_add(scale, e.m1, scale));
-  return x != x ? x : out;
-}
-
 inline __attribute__((always_inline)) float expm1_f32(float x) { return static_cast<float>(expm1_f64(x)); }
-
-inline __attribute__((always_inline)) float log2_f32(float x) {
-  return static_cast<float>(log_f64(x) * 1.44269504088896340736);
-}
 
 inline __attribute__((always_inline)) float log10_f32(float x) {
   return static_cast<float>(log_f64(x) * 0.43429448190325182765);
@@ -293,9 +277,7 @@ inline __attribute__((always_inline)) float mish_f32(float x) {
     if constexpr (std::is_same_v<C, float>) return f32(x);                   \
     else return libm(x);                                                     \
   }
-FLEMU_DOUBLE_MATH_DISPATCH(exp2_of, exp2_f32, std::exp2)
 FLEMU_DOUBLE_MATH_DISPATCH(expm1_of, expm1_f32, std::expm1)
-FLEMU_DOUBLE_MATH_DISPATCH(log2_of, log2_f32, std::log2)
 FLEMU_DOUBLE_MATH_DISPATCH(log10_of, log10_f32, std::log10)
 FLEMU_DOUBLE_MATH_DISPATCH(sinh_of, sinh_f32, std::sinh)
 FLEMU_DOUBLE_MATH_DISPATCH(cosh_of, cosh_f32, std::cosh)

@@ -1,6 +1,6 @@
-// float32 exp, erf, tanh, log, log1p, sin, cos and tan without libm calls or
+// float32 exp, exp2, erf, tanh, log, log2, log1p, sin, cos and tan without libm calls or
 // branches, so loops over them vectorize (libm's are scalar calls): used
-// where a kernel evaluates them per element (exp, erf, tanh, log, log1p, sin,
+// where a kernel evaluates them per element (exp, exp2, erf, tanh, log, log2, log1p, sin,
 // cos, tan, gelu in both forms and their backward, softmax and log-softmax). The
 // activations built from them
 // (sigmoid, gelu and its gradient) are defined here once, for the eager
@@ -10,7 +10,7 @@
 // 1 ulp of the true value, with 0, inf and NaN where expf gives them. erf:
 // its Taylor series below 0.5 and a polynomial in double above, within 1 ulp.
 // tanh: Cephes' odd polynomial below 0.625 in magnitude,
-// 1 - 2 / (exp(2|x|) + 1) above, within 2 ulp. log, log1p, sin, cos and tan:
+// 1 - 2 / (exp(2|x|) + 1) above, within 2 ulp. exp2, log, log2, log1p, sin, cos and tan:
 // below, each with its method and bound.
 #ifndef FLEMU_KERNELS_SUPPORT_FAST_MATH_H_
 #define FLEMU_KERNELS_SUPPORT_FAST_MATH_H_
@@ -99,6 +99,35 @@ inline __attribute__((always_inline)) float exp_nonpositive_f32(float x) {
   return exp_f32_clamped(x < -104.0f ? -104.0f : x);
 }
 
+// exp2: 2^x = 2^n 2^r with n = round(x) by the 1.5 * 2^23 trick and r = x - n
+// (exact, |r| <= 1/2), 2^r = 1 + r q(r) with q the degree-5 least-squares
+// fit of (2^r - 1) / r at 60 Chebyshev nodes of [-1/2, 1/2] (numpy's
+// chebfit, then cheb2poly), coefficients rounded to float; 2^n scales in two
+// factors as in exp_f32_clamped. Within 0.92 ulp of exp2 over all 2^32
+// float32 inputs (0.88 where the result is a normal float);
+// an integer x gives 2^x exactly (2^-150, a tie, rounds to 0), below -151
+// 0, from 128.5 inf, NaN NaN.
+inline __attribute__((always_inline)) float exp2_f32(float x) {
+  constexpr float kShift = 12582912.0f;  // 1.5 * 2^23
+  float xc = x < -151.0f ? -151.0f : x;
+  xc = xc > 128.5f ? 128.5f : xc;
+  const float shifted = xc + kShift;
+  const float r = xc - (shifted - kShift);
+  float q = 1.5461447765e-4f;
+  q = mul_add(q, r, 1.3390866807e-3f);
+  q = mul_add(q, r, 9.6180569381e-3f);
+  q = mul_add(q, r, 5.5503569543e-2f);
+  q = mul_add(q, r, 2.4022650719e-1f);
+  q = mul_add(q, r, 6.9314718246e-1f);
+  const float y = mul_add(q, r, 1.0f);
+  const uint32_t n = static_cast<uint32_t>(float_to_bits(shifted)) - static_cast<uint32_t>(float_to_bits(kShift));
+  const uint32_t half = static_cast<uint32_t>(static_cast<int32_t>(n) >> 1);
+  const float s1 = bits_to_float(static_cast<int32_t>((half + 127u) << 23));
+  const float s2 = bits_to_float(static_cast<int32_t>((n - half + 127u) << 23));
+  const float out = y * s1 * s2;
+  return x != x ? x : out;
+}
+
 // erf on [0.5, 3.92] as a polynomial in t = (x - 2.21) / 1.71, lowest
 // degree first: the degree-16 interpolant at the Chebyshev nodes
 // (numpy.polynomial.chebyshev.chebfit on math.erf, then cheb2poly), within
@@ -172,9 +201,17 @@ inline __attribute__((always_inline)) float tanh_f32(float x) {
 // log: x = 2^e * m with m in [sqrt(1/2), sqrt(2)), log(m) from Cephes'
 // degree-8 polynomial in m - 1 and e * ln 2 added in two parts (the first
 // exact), within 1 ulp; a denormal x is scaled by 2^23 first. 0 gives -inf,
-// a negative x NaN, inf inf, as logf does.
-inline __attribute__((always_inline)) float log_f32(float x) {
-  const bool denormal = x < 1.17549435e-38f;  // also 0 and negatives, replaced below
+// a negative x NaN, inf inf, as logf does. log_split is the reduction and
+// the polynomial, shared with log2_f32; log_specials the special values.
+struct LogSplit {
+  float fe;  // e, as a float
+  float f;   // m - 1, exact
+  float z;   // f * f, rounded
+  float c;   // the cubic tail: log(1 + f) = f - z / 2 + c
+};
+
+inline __attribute__((always_inline)) LogSplit log_split(float x) {
+  const bool denormal = x < 1.17549435e-38f;  // also 0 and negatives, replaced by log_specials
   const float xs = denormal ? x * 8388608.0f : x;
   const int32_t bits = float_to_bits(xs);
   const float m = bits_to_float((bits & 0x007fffff) | 0x3f000000);  // in [0.5, 1)
@@ -192,14 +229,41 @@ inline __attribute__((always_inline)) float log_f32(float x) {
   p = mul_add(p, f, 2.0000714765e-1f);
   p = mul_add(p, f, -2.4999993993e-1f);
   p = mul_add(p, f, 3.3333331174e-1f);
-  float y = p * f * z;
-  y = mul_add(fe, -2.12194440e-4f, y);
-  y = mul_add(-0.5f, z, y);
-  float out = mul_add(fe, 0.693359375f, f + y);
+  return {fe, f, z, p * f * z};
+}
+
+// out where x is finite and positive; inf, -inf (x = 0) or NaN (x < 0 or NaN) otherwise.
+inline __attribute__((always_inline)) float log_specials(float x, float out) {
   out = x == HUGE_VALF ? x : out;
   out = x == 0.0f ? -HUGE_VALF : out;
   out = x < 0.0f ? std::numeric_limits<float>::quiet_NaN() : out;
   return x != x ? x : out;
+}
+
+inline __attribute__((always_inline)) float log_f32(float x) {
+  const LogSplit s = log_split(x);
+  float y = mul_add(s.fe, -2.12194440e-4f, s.c);
+  y = mul_add(-0.5f, s.z, y);
+  return log_specials(x, mul_add(s.fe, 0.693359375f, s.f + y));
+}
+
+// log2: e + log(1 + f) log2(e) from log_split, with f^2 = z + z_lo exactly
+// and each product by log2(e) (rounded to float, kL) and each sum of the
+// large terms e, f kL and -z kL / 2 carrying its rounding error into a
+// tail (log_f32's sum would lose up to 0.4 ulp more near x = sqrt(2), where
+// e is 0 and the result small). Within 0.75 ulp of log2 over all 2^32
+// float32 inputs; the special values are log_f32's.
+inline __attribute__((always_inline)) float log2_f32(float x) {
+  constexpr float kL = 1.44269502162933349609f;       // log2(e) rounded to float
+  constexpr float kLlo = 1.92596299112661746887e-8f;  // log2(e) - kL
+  const LogSplit s = log_split(x);
+  const float h = -0.5f * s.z, h_lo = -0.5f * mul_add(s.f, s.f, -s.z);  // h + h_lo = -f^2 / 2
+  const float a = s.f * kL, a_lo = mul_add(s.f, kL, -a);
+  const float b = h * kL, b_lo = mul_add(h, kL, -b);
+  const float s1 = a + b, e1 = (a - s1) + b;          // exact: |a| >= |b|
+  const float s2 = s.fe + s1, e2 = (s.fe - s2) + s1;  // exact: e = 0, or |e| >= 1 > |s1|
+  const float tail = mul_add(kL, h_lo + s.c, mul_add(kLlo, s.f + h, (a_lo + b_lo) + (e1 + e2)));
+  return log_specials(x, s2 + tail);
 }
 
 // log1p: log(u) - ((u - 1) - x) / u with u = 1 + x rounded, which takes
@@ -288,7 +352,7 @@ inline __attribute__((always_inline)) void trig_array(const float* in, float* ou
   }
 }
 
-// The compute type's exp, erf, tanh, log and log1p: the vectorizable float32
+// The compute type's exp, erf, tanh, log, exp2, log2 and log1p: the vectorizable float32
 // forms above, libm for double.
 template <class C>
 inline __attribute__((always_inline)) C exp_of(C x) {
@@ -309,6 +373,16 @@ template <class C>
 inline __attribute__((always_inline)) C log_of(C x) {
   if constexpr (std::is_same_v<C, float>) return log_f32(x);
   else return std::log(x);
+}
+template <class C>
+inline __attribute__((always_inline)) C exp2_of(C x) {
+  if constexpr (std::is_same_v<C, float>) return exp2_f32(x);
+  else return std::exp2(x);
+}
+template <class C>
+inline __attribute__((always_inline)) C log2_of(C x) {
+  if constexpr (std::is_same_v<C, float>) return log2_f32(x);
+  else return std::log2(x);
 }
 template <class C>
 inline __attribute__((always_inline)) C log1p_of(C x) {
