@@ -207,9 +207,15 @@ _BINARY = [torch.add, torch.sub, torch.mul, torch.maximum, torch.minimum,
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_random_elementwise_graphs(dev: torch.device, seed: int) -> None:
+@pytest.mark.parametrize("shapes", [((3, 70), (70,)), ((2, 5000), (5000,)), ((5, 30011), (5, 30011))],
+                         ids=["one-tile", "tiles-broadcast", "threads-dense"])
+def test_random_elementwise_graphs(dev: torch.device, seed: int, shapes: tuple) -> None:
     """Random DAGs of elementwise ops (values reused several times, several
-    outputs): register allocation and the op table against the CPU."""
+    outputs): register allocation and the op table against the CPU. Past one
+    tile (1024 elements) flemu reads dense inputs and writes dense outputs
+    where they are, the registers they share with other values remapped; a
+    broadcast input is still copied; the last shape splits across threads
+    and ends in a partial tile."""
     import random
 
     rng = random.Random(seed)
@@ -230,8 +236,8 @@ def test_random_elementwise_graphs(dev: torch.device, seed: int) -> None:
                 vals.append(_BINARY[op](a, vals[j % len(vals)]))
         return vals[-1], vals[-4], vals[len(vals) // 2]
 
-    x = torch.randn(3, 70, device=dev)
-    y = torch.randn(70, device=dev)
+    x = torch.randn(*shapes[0], device=dev)
+    y = torch.randn(*shapes[1], device=dev)
     with torch.no_grad():
         actual = compile_fl(f)(x, y)
     expected = on_cpu(f, x, y)

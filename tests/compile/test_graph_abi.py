@@ -40,6 +40,37 @@ def test_compile_and_run_a_region(dev: torch.device) -> None:
     assert_close(out, on_cpu(lambda a, b: torch.relu(a * b + 1.5), x, y), "region output")
 
 
+@pytest.mark.parametrize("numel", [1000, 4096, 300_000])
+def test_an_output_may_overwrite_an_input(dev: torch.device, numel: int) -> None:
+    # o1 = x * y goes into x's own memory, and exp(x), after it in the
+    # program, must still read the x it was given: an output that overlaps
+    # an input is kept in the register file until the tile's code is done
+    # (over one partial tile, whole tiles, and chunks on two threads).
+    values = [_value(INPUT, [numel]), _value(INPUT, [numel]), _value(OUTPUT, [numel]),
+              _value(INTERMEDIATE, [numel]), _value(OUTPUT, [numel])]
+    nodes = [
+        ("aten::mul.Tensor", [("ref", 0), ("ref", 1)], [2]),
+        ("aten::exp", [("ref", 0)], [3]),
+        ("aten::add.Tensor", [("ref", 3), ("ref", 1), ("int", 1)], [4]),
+    ]
+    exe, reason, node = _C.graph_compile(0, values, nodes, [0, 1], [2, 4])
+    assert exe is not None, (reason, node)
+    x = torch.randn(numel, device=dev)
+    y = torch.randn(numel, device=dev)
+    want_o1, want_o2 = on_cpu(lambda a, b: (a * b, torch.exp(a) + b), x, y)
+    o2 = torch.empty(numel, device=dev)
+    exe.run([x, y], [x, o2])
+    assert_close(x, want_o1, "the output written over input 0")
+    assert_close(o2, want_o2, "the output computed from input 0 after it")
+    # The same region into its own outputs, and with o2 over y.
+    x = torch.randn(numel, device=dev)
+    want_o1, want_o2 = on_cpu(lambda a, b: (a * b, torch.exp(a) + b), x, y)
+    o1 = torch.empty(numel, device=dev)
+    exe.run([x, y], [o1, y])
+    assert_close(o1, want_o1, "o1 into its own memory")
+    assert_close(y, want_o2, "o2 written over input 1")
+
+
 def test_decline_names_the_node(flemu: object) -> None:
     values = [_value(INPUT, [3]), _value(INTERMEDIATE, [3]), _value(OUTPUT, [3])]
     nodes = [
