@@ -63,10 +63,11 @@ inline __attribute__((always_inline)) ExpSplit exp_split(float xc) {
           static_cast<uint32_t>(float_to_bits(shifted)) - static_cast<uint32_t>(float_to_bits(kShift))};
 }
 
-// exp of an argument already clamped to [-104, 88.8] (or NaN, which gives
-// NaN), 2^n in two factors so n from -150 to 128 scales without overflow of
+// exp of an argument already clamped to [-104, 104] (or NaN, which gives
+// NaN), 2^n in two factors so n from -150 to 150 scales without overflow of
 // the exponent field: the first product is exact, the second rounds once.
-// The clamp's ends need no select: -104 gives +0 and 88.8 gives inf.
+// The clamp's ends need no select: -104 gives +0, and from 88.73 the second
+// product overflows to inf.
 inline __attribute__((always_inline)) float exp_f32_clamped(float xc) {
   const ExpSplit e = exp_split(xc);
   const uint32_t half = static_cast<uint32_t>(static_cast<int32_t>(e.n) >> 1);
@@ -84,11 +85,14 @@ inline __attribute__((always_inline)) float exp_f32_normal(float xc) {
 }
 
 inline __attribute__((always_inline)) float exp_f32(float x) {
-  // Below -104 expf is 0 (the smallest denormal is above exp(-103.3)), above
-  // 88.8 inf. Plain selects, not fmin/fmax (library calls under IEEE rules),
-  // so the loop stays straight; a NaN passes both and is returned as given.
-  float xc = x < -104.0f ? -104.0f : x;
-  xc = xc > 88.8f ? 88.8f : xc;
+  // Below -104 expf is 0 (the smallest denormal is above exp(-103.3)), from
+  // 88.73 inf: |x| is clamped to 104, one compare and one select (two
+  // one-sided clamps compiled to seven instructions, for their NaN rules);
+  // 2^n up to 2^150 still scales without overflow of the exponent field in
+  // exp_f32_clamped's two factors, and overflows to inf in their product.
+  // Plain selects, not fmin/fmax (library calls under IEEE rules), so the
+  // loop stays straight; a NaN passes the clamp and is returned as given.
+  const float xc = std::fabs(x) > 104.0f ? std::copysign(104.0f, x) : x;
   const float out = exp_f32_clamped(xc);
   return x != x ? x : out;
 }
@@ -105,12 +109,11 @@ inline __attribute__((always_inline)) float exp_nonpositive_f32(float x) {
 // chebfit, then cheb2poly), coefficients rounded to float; 2^n scales in two
 // factors as in exp_f32_clamped. Within 0.92 ulp of exp2 over all 2^32
 // float32 inputs (0.88 where the result is a normal float);
-// an integer x gives 2^x exactly (2^-150, a tie, rounds to 0), below -151
-// 0, from 128.5 inf, NaN NaN.
+// an integer x gives 2^x exactly (2^-150, a tie, rounds to 0; so does all
+// below it), from 128 inf, NaN NaN.
 inline __attribute__((always_inline)) float exp2_f32(float x) {
   constexpr float kShift = 12582912.0f;  // 1.5 * 2^23
-  float xc = x < -151.0f ? -151.0f : x;
-  xc = xc > 128.5f ? 128.5f : xc;
+  const float xc = std::fabs(x) > 151.0f ? std::copysign(151.0f, x) : x;  // as in exp_f32
   const float shifted = xc + kShift;
   const float r = xc - (shifted - kShift);
   float q = 1.5461447765e-4f;
