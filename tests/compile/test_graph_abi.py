@@ -55,20 +55,15 @@ def test_an_output_may_overwrite_an_input(dev: torch.device, numel: int) -> None
     ]
     exe, reason, node = _C.graph_compile(0, values, nodes, [0, 1], [2, 4])
     assert exe is not None, (reason, node)
-    x = torch.randn(numel, device=dev)
-    y = torch.randn(numel, device=dev)
-    want_o1, want_o2 = on_cpu(lambda a, b: (a * b, torch.exp(a) + b), x, y)
-    o2 = torch.empty(numel, device=dev)
-    exe.run([x, y], [x, o2])
-    assert_close(x, want_o1, "the output written over input 0")
-    assert_close(o2, want_o2, "the output computed from input 0 after it")
-    # The same region into its own outputs, and with o2 over y.
-    x = torch.randn(numel, device=dev)
-    want_o1, want_o2 = on_cpu(lambda a, b: (a * b, torch.exp(a) + b), x, y)
-    o1 = torch.empty(numel, device=dev)
-    exe.run([x, y], [o1, y])
-    assert_close(o1, want_o1, "o1 into its own memory")
-    assert_close(y, want_o2, "o2 written over input 1")
+    # o1 over x, then o2 over y; the other output into memory of its own.
+    for over in (0, 1):
+        x = torch.randn(numel, device=dev)
+        y = torch.randn(numel, device=dev)
+        want = on_cpu(lambda a, b: (a * b, torch.exp(a) + b), x, y)
+        outs = [x, torch.empty(numel, device=dev)] if over == 0 else [torch.empty(numel, device=dev), y]
+        exe.run([x, y], outs)
+        for i, (got, expected) in enumerate(zip(outs, want)):
+            assert_close(got, expected, f"output {i}, output {over} written over input {over}")
 
 
 def test_decline_names_the_node(flemu: object) -> None:
