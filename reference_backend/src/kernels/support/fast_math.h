@@ -48,8 +48,25 @@ struct ExpSplit {
   uint32_t n;  // exp(x) = 2^n exp(r)
 };
 
+// 1.5 * 2^23: adding it rounds a float below 2^22 in magnitude to an
+// integer, which the sum holds in its low mantissa bits (shifted_int).
+constexpr float kShift = 12582912.0f;
+
+inline __attribute__((always_inline)) uint32_t shifted_int(float shifted) {
+  return static_cast<uint32_t>(float_to_bits(shifted)) - static_cast<uint32_t>(float_to_bits(kShift));
+}
+
+// y * 2^n for n from -150 to 150, 2^n in two factors so it scales without
+// overflow of the exponent field: the first product is exact, the second
+// rounds once (to a denormal, or to inf, where the result is one).
+inline __attribute__((always_inline)) float scale_by_pow2(float y, uint32_t n) {
+  const uint32_t half = static_cast<uint32_t>(static_cast<int32_t>(n) >> 1);
+  const float s1 = bits_to_float(static_cast<int32_t>((half + 127u) << 23));
+  const float s2 = bits_to_float(static_cast<int32_t>((n - half + 127u) << 23));
+  return y * s1 * s2;
+}
+
 inline __attribute__((always_inline)) ExpSplit exp_split(float xc) {
-  constexpr float kShift = 12582912.0f;  // 1.5 * 2^23
   const float shifted = mul_add(xc, 1.44269504088896341f, kShift);
   const float n = shifted - kShift;
   const float r = mul_add(n, 2.12194440e-4f, mul_add(n, -0.693359375f, xc));
@@ -59,26 +76,20 @@ inline __attribute__((always_inline)) ExpSplit exp_split(float xc) {
   p = mul_add(p, r, 4.1665795894e-2f);
   p = mul_add(p, r, 1.6666665459e-1f);
   p = mul_add(p, r, 5.0000001201e-1f);
-  return {mul_add(p, r * r, r) + 1.0f,
-          static_cast<uint32_t>(float_to_bits(shifted)) - static_cast<uint32_t>(float_to_bits(kShift))};
+  return {mul_add(p, r * r, r) + 1.0f, shifted_int(shifted)};
 }
 
 // exp of an argument already clamped to [-104, 104] (or NaN, which gives
-// NaN), 2^n in two factors so n from -150 to 150 scales without overflow of
-// the exponent field: the first product is exact, the second rounds once.
-// The clamp's ends need no select: -104 gives +0, and from 88.73 the second
-// product overflows to inf.
+// NaN). The clamp's ends need no select: -104 gives +0, and from 88.73 the
+// scale overflows to inf.
 inline __attribute__((always_inline)) float exp_f32_clamped(float xc) {
   const ExpSplit e = exp_split(xc);
-  const uint32_t half = static_cast<uint32_t>(static_cast<int32_t>(e.n) >> 1);
-  const float s1 = bits_to_float(static_cast<int32_t>((half + 127u) << 23));
-  const float s2 = bits_to_float(static_cast<int32_t>((e.n - half + 127u) << 23));
-  return e.y * s1 * s2;
+  return scale_by_pow2(e.y, e.n);
 }
 
 // exp of an argument in [-87, 88] (or NaN), where the result and 2^n are
-// normal floats: one product, the same bits as exp_f32_clamped (whose first
-// product is exact).
+// normal floats: one product, the same bits as scale_by_pow2's two (whose
+// first is exact).
 inline __attribute__((always_inline)) float exp_f32_normal(float xc) {
   const ExpSplit e = exp_split(xc);
   return e.y * bits_to_float(static_cast<int32_t>((e.n + 127u) << 23));
@@ -89,7 +100,7 @@ inline __attribute__((always_inline)) float exp_f32(float x) {
   // 88.73 inf: |x| is clamped to 104, one compare and one select (two
   // one-sided clamps compiled to seven instructions, for their NaN rules);
   // 2^n up to 2^150 still scales without overflow of the exponent field in
-  // exp_f32_clamped's two factors, and overflows to inf in their product.
+  // scale_by_pow2, and overflows to inf there.
   // Plain selects, not fmin/fmax (library calls under IEEE rules), so the
   // loop stays straight; a NaN passes the clamp and is returned as given.
   const float xc = std::fabs(x) > 104.0f ? std::copysign(104.0f, x) : x;
@@ -107,12 +118,11 @@ inline __attribute__((always_inline)) float exp_nonpositive_f32(float x) {
 // (exact, |r| <= 1/2), 2^r = 1 + r q(r) with q the degree-5 least-squares
 // fit of (2^r - 1) / r at 60 Chebyshev nodes of [-1/2, 1/2] (numpy's
 // chebfit, then cheb2poly), coefficients rounded to float; 2^n scales in two
-// factors as in exp_f32_clamped. Within 0.92 ulp of exp2 over all 2^32
+// factors (scale_by_pow2). Within 0.92 ulp of exp2 over all 2^32
 // float32 inputs (0.88 where the result is a normal float);
 // an integer x gives 2^x exactly (2^-150, a tie, rounds to 0; so does all
 // below it), from 128 inf, NaN NaN.
 inline __attribute__((always_inline)) float exp2_f32(float x) {
-  constexpr float kShift = 12582912.0f;  // 1.5 * 2^23
   const float xc = std::fabs(x) > 151.0f ? std::copysign(151.0f, x) : x;  // as in exp_f32
   const float shifted = xc + kShift;
   const float r = xc - (shifted - kShift);
@@ -122,12 +132,7 @@ inline __attribute__((always_inline)) float exp2_f32(float x) {
   q = mul_add(q, r, 5.5503569543e-2f);
   q = mul_add(q, r, 2.4022650719e-1f);
   q = mul_add(q, r, 6.9314718246e-1f);
-  const float y = mul_add(q, r, 1.0f);
-  const uint32_t n = static_cast<uint32_t>(float_to_bits(shifted)) - static_cast<uint32_t>(float_to_bits(kShift));
-  const uint32_t half = static_cast<uint32_t>(static_cast<int32_t>(n) >> 1);
-  const float s1 = bits_to_float(static_cast<int32_t>((half + 127u) << 23));
-  const float s2 = bits_to_float(static_cast<int32_t>((n - half + 127u) << 23));
-  const float out = y * s1 * s2;
+  const float out = scale_by_pow2(mul_add(q, r, 1.0f), shifted_int(shifted));
   return x != x ? x : out;
 }
 
