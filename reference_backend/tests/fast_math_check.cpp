@@ -1,7 +1,7 @@
 // flemu's vectorizable float32 math (support/fast_math.h) against
 // double-precision libm over their whole ranges: exp within 1 ulp (relative
-// error for denormal results), 0 / inf / NaN where expf gives them; erf, log,
-// sin and cos within 1 ulp, exp2 within 0.92 and log2 within 0.75 (what a run
+// error for denormal results), 0 / inf / NaN where expf gives them; log,
+// sin and cos within 1 ulp, erf within 0.82, exp2 within 0.92 and log2 within 0.75 (what a run
 // over all 2^32 inputs measured), log1p within 2, softplus (log1p of exp) within
 // 3 (sin and cos through trig_array, libm beyond its range, over every 61st
 // float up to 2^21); the special values libm gives; tan, expm1,
@@ -204,7 +204,7 @@ int main() {
   }
   {
     const std::vector<float> xs = grid(0, 0x7f800001u, 53, true);  // up to inf
-    worst_erf = worst_of("erf within 1 ulp", xs, map(xs, flemu::erf_f32), erf_ref, 1.0);
+    worst_erf = worst_of("erf within 0.82 ulp", xs, map(xs, flemu::erf_f32), erf_ref, 0.82);
   }
   // log of every 97th float from 0 to inf, and negative ones (NaN); log1p down to -1.
   const std::vector<float> positive = grid(0, 0x7f800001u, 97, false);
