@@ -147,6 +147,9 @@ TFL_Error* kernel_cos(const TFL_Kernel_Args* a) {
 TFL_Error* kernel_erf(const TFL_Kernel_Args* a) {
   return unary(a, kErf, "erf", [](auto x) { return erf_of(x); }, kTranscendentalGrain);
 }
+TFL_Error* kernel_atan(const TFL_Kernel_Args* a) {
+  return unary(a, kAtan, "atan", [](auto x) { return atan_of(x); }, kTranscendentalGrain);
+}
 TFL_Error* kernel_tan(const TFL_Kernel_Args* a) {
   return run_kernel(a, kTan, [&](Launch& L) { launch_trig<Trig::Tan>(L, "tan"); });
 }
@@ -158,7 +161,6 @@ TFL_Error* kernel_tan(const TFL_Kernel_Args* a) {
   }
 FLEMU_DOUBLE_MATH_KERNEL(expm1, kExpm1)
 FLEMU_DOUBLE_MATH_KERNEL(log10, kLog10)
-FLEMU_DOUBLE_MATH_KERNEL(atan, kAtan)
 FLEMU_DOUBLE_MATH_KERNEL(sinh, kSinh)
 FLEMU_DOUBLE_MATH_KERNEL(cosh, kCosh)
 FLEMU_DOUBLE_MATH_KERNEL(asin, kAsin)

@@ -1,5 +1,5 @@
 // float32 functions evaluated in double, without libm calls or branches, so
-// loops over them vectorize: expm1, log10, sinh, cosh, atan,
+// loops over them vectorize: expm1, log10, sinh, cosh,
 // asin, acos, atanh, asinh, acosh, logit, and the activations elu (with its
 // gradient) and mish. Each evaluates its formula in double from a
 // float32 argument, with relative error near 1e-13, and rounds once to float: within
@@ -10,7 +10,7 @@
 // one definition for both, through the wide_* functions).
 // The building blocks: round_with_pow2, exp_parts (exp and expm1 of a double
 // argument), log_f64 and log1p_f64 (of a double argument, no division),
-// atan_f64 (one division), asin_half_f64 (none).
+// asin_half_f64 (no division).
 #ifndef FLEMU_KERNELS_SUPPORT_DOUBLE_MATH_H_
 #define FLEMU_KERNELS_SUPPORT_DOUBLE_MATH_H_
 
@@ -157,24 +157,6 @@ inline __attribute__((always_inline)) double log1p_f64(double z) {
   return z == HUGE_VAL ? z : out;
 }
 
-// atan(x) for a double x, one division: with a = |x|, atan a = atan a up to
-// tan(pi/8), pi/4 + atan((a - 1) / (a + 1)) up to tan(3 pi/8), pi/2 +
-// atan(-1 / a) above, each argument at most tan(pi/8) in magnitude; then the
-// series of atan (u^2 <= 0.172) to u^37, under 3e-15 relative. inf gives
-// pi/2, NaN NaN.
-inline __attribute__((always_inline)) double atan_f64(double x) {
-  const double a = std::fabs(x);
-  const bool low = a <= 0.41421356237309504880, mid = a <= 2.41421356237309504880;
-  const double num = low ? a : (mid ? a - 1.0 : -1.0);
-  const double den = low ? 1.0 : (mid ? a + 1.0 : a);
-  const double offset = low ? 0.0 : (mid ? 0.78539816339744830962 : 1.57079632679489661923);
-  const double u = num / den, z = u * u;
-  double p = 1.0 / 37.0;
-#pragma GCC unroll 32
-  for (int k = 35; k >= 3; k -= 2) p = mul_add(p, -z, 1.0 / k);  // the series' signs alternate
-  return std::copysign(offset + mul_add(-u * z, p, u), x);
-}
-
 // asin of z in [-1/2, 1/2]: z sum_k C(2k, k) / (4^k (2k + 1)) z^2k to k = 20
 // (z^2 <= 1/4: truncation below 4e-15 relative), no division.
 struct AsinSeries {
@@ -216,8 +198,6 @@ inline __attribute__((always_inline)) float cosh_f32(float x) {
   const double e = exp_f64(std::fabs(static_cast<double>(x)));
   return static_cast<float>(0.5 * (e + 1.0 / e));
 }
-
-inline __attribute__((always_inline)) float atan_f32(float x) { return static_cast<float>(atan_f64(x)); }
 
 // asin and acos from asin_half_f64, with one square root and no division:
 // for |x| <= 1/2 directly (acos = pi/2 - asin), above from z = sqrt((1 - |x|) / 2)
@@ -281,7 +261,6 @@ FLEMU_DOUBLE_MATH_DISPATCH(expm1_of, expm1_f32, std::expm1)
 FLEMU_DOUBLE_MATH_DISPATCH(log10_of, log10_f32, std::log10)
 FLEMU_DOUBLE_MATH_DISPATCH(sinh_of, sinh_f32, std::sinh)
 FLEMU_DOUBLE_MATH_DISPATCH(cosh_of, cosh_f32, std::cosh)
-FLEMU_DOUBLE_MATH_DISPATCH(atan_of, atan_f32, std::atan)
 FLEMU_DOUBLE_MATH_DISPATCH(asin_of, asin_f32, std::asin)
 FLEMU_DOUBLE_MATH_DISPATCH(acos_of, acos_f32, std::acos)
 FLEMU_DOUBLE_MATH_DISPATCH(atanh_of, atanh_f32, std::atanh)

@@ -1,6 +1,6 @@
-// float32 exp, exp2, erf, tanh, log, log2, log1p, sin, cos and tan without libm calls or
+// float32 exp, exp2, erf, atan, tanh, log, log2, log1p, sin, cos and tan without libm calls or
 // branches, so loops over them vectorize (libm's are scalar calls): used
-// where a kernel evaluates them per element (exp, exp2, erf, tanh, log, log2, log1p, sin,
+// where a kernel evaluates them per element (exp, exp2, erf, atan, tanh, log, log2, log1p, sin,
 // cos, tan, gelu in both forms and their backward, softmax and log-softmax). The
 // activations built from them
 // (sigmoid, gelu and its gradient) are defined here once, for the eager
@@ -9,6 +9,7 @@
 // exp: Cody-Waite range reduction and a degree-6 polynomial (Cephes), within
 // 1 ulp of the true value, with 0, inf and NaN where expf gives them. erf:
 // polynomials in float for erf below 1 and erfc above, within 0.82 ulp.
+// atan: a polynomial in float on [0, 1] and pi/2 - atan(1/|x|) above, within 0.85 ulp.
 // tanh: Cephes' odd polynomial below 0.625 in magnitude,
 // 1 - 2 / (exp(2|x|) + 1) above, within 2 ulp. exp2, log, log2, log1p, sin, cos and tan:
 // below, each with its method and bound.
@@ -175,6 +176,37 @@ inline __attribute__((always_inline)) float erf_f32(float x) {
   for (int k = kFarDegree - 1; k >= 0; --k) p = mul_add(p, u, upper ? kErfcFrom22[k] : kErfcBelow22[k]);
   const float far = a >= 3.92f ? 1.0f : 1.0f - p;
   return std::copysign(a < 1.0f ? near : far, x);
+}
+
+// atan in float: z = |x|, or 1/|x| above 1, and atan z = z + z q(w) with q =
+// atan(z) / z - 1 of degree 10 in w = z^2 - 1/2 (one rounding; centring keeps
+// Horner's partial sums small; the Chebyshev interpolant at 300 nodes of
+// [0, 1], as monomials in w, rounded to float). Above 1, atan |x| = pi/2 -
+// atan(1/|x|): pi/2 in two parts, the difference's rounding error kept
+// (Fast2Sum) and the division's first-order error, r z / (1 + z^2) with r =
+// 1 - z |x| exact, taken off (1 / (1 + z^2) as 1 - z^2 / 2: its error moves
+// the result by under 0.02 ulp), so only the last sum rounds. |x| is clamped
+// to 1e30 before the division (atan is pi/2 in float long before), so inf
+// gives pi/2, not the NaN of 0 * inf. Within 0.85 ulp of atan over all 2^32
+// float32 inputs.
+constexpr float kAtanPoly[] = {-1.295802444e-01f, -2.037530988e-01f, 8.340741694e-02f, -4.024636000e-02f, 2.104871720e-02f, -1.156349853e-02f, 6.556721404e-03f, -3.687941469e-03f, 2.156256232e-03f, -1.743701170e-03f, 1.084492775e-03f};
+
+inline __attribute__((always_inline)) float atan_f32(float x) {
+  const float a = std::fabs(x);
+  const bool above_one = a > 1.0f;
+  const float clamped = a > 1e30f ? 1e30f : a;
+  const float z = above_one ? 1.0f / clamped : a;
+  const float w = mul_add(z, z, -0.5f);
+  constexpr int kDegree = sizeof(kAtanPoly) / sizeof(kAtanPoly[0]) - 1;
+  float q = kAtanPoly[kDegree];
+#pragma GCC unroll 16
+  for (int k = kDegree - 1; k >= 0; --k) q = mul_add(q, w, kAtanPoly[k]);
+  const float near = mul_add(z, q, z);
+  constexpr float kHalfPiHi = 1.57079637050628662109f, kHalfPiLo = -4.37113900018624283e-8f;
+  const float delta = mul_add(-z, clamped, 1.0f) * z;  // 1 / |x| - z, to first order
+  const float diff = kHalfPiHi - z, diff_lo = (kHalfPiHi - diff) - z;
+  const float tail = mul_add(-z, q, (diff_lo + kHalfPiLo) - mul_add(-0.5f * (z * z), delta, delta));
+  return std::copysign(above_one ? diff + tail : near, x);
 }
 
 // The standard normal CDF at x, 0.5 * erfc(-x / sqrt(2)), from erfc(a) =
@@ -370,6 +402,11 @@ template <class C>
 inline __attribute__((always_inline)) C exp_of(C x) {
   if constexpr (std::is_same_v<C, float>) return exp_f32(x);
   else return std::exp(x);
+}
+template <class C>
+inline __attribute__((always_inline)) C atan_of(C x) {
+  if constexpr (std::is_same_v<C, float>) return atan_f32(x);
+  else return std::atan(x);
 }
 template <class C>
 inline __attribute__((always_inline)) C erf_of(C x) {
