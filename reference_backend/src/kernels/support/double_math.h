@@ -1,16 +1,15 @@
 // float32 functions evaluated in double, without libm calls or branches, so
 // loops over them vectorize: expm1, log10, sinh, cosh,
-// asin, acos, atanh, asinh, acosh, logit, and the activations elu (with its
+// atanh, asinh, acosh, logit, and the activations elu (with its
 // gradient) and mish. Each evaluates its formula in double from a
 // float32 argument, with relative error near 1e-13, and rounds once to float: within
 // 1 ulp of the true value (reference_backend/tests/fast_math_check.cpp holds
 // each to float64 libm). Formulas are chosen so that nothing cancels: expm1
-// near 0, acos near 1 and atanh near 0 are computed from small quantities
+// near 0 and atanh near 0 are computed from small quantities
 // directly. Double inputs take libm (the *_of dispatchers; logit and elu,
 // one definition for both, through the wide_* functions).
 // The building blocks: round_with_pow2, exp_parts (exp and expm1 of a double
-// argument), log_f64 and log1p_f64 (of a double argument, no division),
-// asin_half_f64 (no division).
+// argument), log_f64 and log1p_f64 (of a double argument, no division).
 #ifndef FLEMU_KERNELS_SUPPORT_DOUBLE_MATH_H_
 #define FLEMU_KERNELS_SUPPORT_DOUBLE_MATH_H_
 
@@ -157,28 +156,6 @@ inline __attribute__((always_inline)) double log1p_f64(double z) {
   return z == HUGE_VAL ? z : out;
 }
 
-// asin of z in [-1/2, 1/2]: z sum_k C(2k, k) / (4^k (2k + 1)) z^2k to k = 20
-// (z^2 <= 1/4: truncation below 4e-15 relative), no division.
-struct AsinSeries {
-  double c[21];
-  constexpr AsinSeries() : c{} {
-    double t = 1.0;  // C(2k, k) / 4^k
-    for (int k = 0; k <= 20; ++k) {
-      c[k] = t / (2 * k + 1);
-      t = t * (2 * k + 1) / (2 * k + 2);
-    }
-  }
-};
-inline constexpr AsinSeries kAsinSeries{};
-
-inline __attribute__((always_inline)) double asin_half_f64(double z) {
-  const double w = z * z;
-  double p = kAsinSeries.c[20];
-#pragma GCC unroll 32
-  for (int k = 19; k >= 1; --k) p = mul_add(p, w, kAsinSeries.c[k]);
-  return mul_add(z, w * p, z);
-}
-
 // ---- float32 functions (each rounds its double once) ----
 
 inline __attribute__((always_inline)) float expm1_f32(float x) { return static_cast<float>(expm1_f64(x)); }
@@ -197,26 +174,6 @@ inline __attribute__((always_inline)) float sinh_f32(float x) {
 inline __attribute__((always_inline)) float cosh_f32(float x) {
   const double e = exp_f64(std::fabs(static_cast<double>(x)));
   return static_cast<float>(0.5 * (e + 1.0 / e));
-}
-
-// asin and acos from asin_half_f64, with one square root and no division:
-// for |x| <= 1/2 directly (acos = pi/2 - asin), above from z = sqrt((1 - |x|) / 2)
-// (exact but for the root's rounding, and small near |x| = 1, where acos
-// is small): asin |x| = pi/2 - 2 asin z, acos x = 2 asin z, acos -|x| = pi - 2 asin z.
-// |x| > 1 gives NaN through the square root.
-inline __attribute__((always_inline)) float asin_f32(float x) {
-  const double a = std::fabs(static_cast<double>(x));
-  const bool near = a <= 0.5;
-  const double p = asin_half_f64(near ? a : std::sqrt((1.0 - a) * 0.5));
-  return static_cast<float>(std::copysign(near ? p : 1.57079632679489661923 - 2.0 * p, static_cast<double>(x)));
-}
-
-inline __attribute__((always_inline)) float acos_f32(float x) {
-  const double xd = x, a = std::fabs(xd);
-  const bool near = a <= 0.5;
-  const double p = asin_half_f64(near ? xd : std::sqrt((1.0 - a) * 0.5));
-  const double far = xd > 0.0 ? 2.0 * p : 3.14159265358979323846 - 2.0 * p;
-  return static_cast<float>(near ? 1.57079632679489661923 - p : far);
 }
 
 // atanh x = log1p(2x / (1 - x)) / 2.
@@ -261,8 +218,6 @@ FLEMU_DOUBLE_MATH_DISPATCH(expm1_of, expm1_f32, std::expm1)
 FLEMU_DOUBLE_MATH_DISPATCH(log10_of, log10_f32, std::log10)
 FLEMU_DOUBLE_MATH_DISPATCH(sinh_of, sinh_f32, std::sinh)
 FLEMU_DOUBLE_MATH_DISPATCH(cosh_of, cosh_f32, std::cosh)
-FLEMU_DOUBLE_MATH_DISPATCH(asin_of, asin_f32, std::asin)
-FLEMU_DOUBLE_MATH_DISPATCH(acos_of, acos_f32, std::acos)
 FLEMU_DOUBLE_MATH_DISPATCH(atanh_of, atanh_f32, std::atanh)
 FLEMU_DOUBLE_MATH_DISPATCH(asinh_of, asinh_f32, std::asinh)
 FLEMU_DOUBLE_MATH_DISPATCH(acosh_of, acosh_f32, std::acosh)

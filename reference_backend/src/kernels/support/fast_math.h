@@ -1,6 +1,6 @@
-// float32 exp, exp2, erf, atan, tanh, log, log2, log1p, sin, cos and tan without libm calls or
-// branches, so loops over them vectorize (libm's are scalar calls): used
-// where a kernel evaluates them per element (exp, exp2, erf, atan, tanh, log, log2, log1p, sin,
+// float32 exp, exp2, erf, atan, asin, acos, tanh, log, log2, log1p, sin, cos and tan without
+// libm calls or branches, so loops over them vectorize (libm's are scalar calls): used
+// where a kernel evaluates them per element (exp, exp2, erf, atan, asin, acos, tanh, log, log2, log1p, sin,
 // cos, tan, gelu in both forms and their backward, softmax and log-softmax). The
 // activations built from them
 // (sigmoid, gelu and its gradient) are defined here once, for the eager
@@ -10,6 +10,8 @@
 // 1 ulp of the true value, with 0, inf and NaN where expf gives them. erf:
 // polynomials in float for erf below 1 and erfc above, within 0.82 ulp.
 // atan: a polynomial in float on [0, 1] and pi/2 - atan(1/|x|) above, within 0.85 ulp.
+// asin and acos: a polynomial on [0, 1/2] and the half-angle square root above,
+// within 0.67 and 0.65 ulp.
 // tanh: Cephes' odd polynomial below 0.625 in magnitude,
 // 1 - 2 / (exp(2|x|) + 1) above, within 2 ulp. exp2, log, log2, log1p, sin, cos and tan:
 // below, each with its method and bound.
@@ -178,6 +180,10 @@ inline __attribute__((always_inline)) float erf_f32(float x) {
   return std::copysign(a < 1.0f ? near : far, x);
 }
 
+// pi/2 and pi in two parts: the nearest float and the rest (for atan, asin, acos).
+constexpr float kHalfPiHi = 1.57079637050628662109f, kHalfPiLo = -4.37113900018624283e-8f;
+constexpr float kPiHi = 3.14159274101257324219f, kPiLo = -8.74227800037248566e-8f;
+
 // atan in float: z = |x|, or 1/|x| above 1, and atan z = z + z q(w) with q =
 // atan(z) / z - 1 of degree 10 in w = z^2 - 1/2 (one rounding; centring keeps
 // Horner's partial sums small; the Chebyshev interpolant at 300 nodes of
@@ -202,11 +208,64 @@ inline __attribute__((always_inline)) float atan_f32(float x) {
 #pragma GCC unroll 16
   for (int k = kDegree - 1; k >= 0; --k) q = mul_add(q, w, kAtanPoly[k]);
   const float near = mul_add(z, q, z);
-  constexpr float kHalfPiHi = 1.57079637050628662109f, kHalfPiLo = -4.37113900018624283e-8f;
   const float delta = mul_add(-z, clamped, 1.0f) * z;  // 1 / |x| - z, to first order
   const float diff = kHalfPiHi - z, diff_lo = (kHalfPiHi - diff) - z;
   const float tail = mul_add(-z, q, (diff_lo + kHalfPiLo) - mul_add(-0.5f * (z * z), delta, delta));
   return std::copysign(above_one ? diff + tail : near, x);
+}
+
+// asin and acos in float, from z and q: z = |x| up to 1/2, else z = sqrt(h)
+// with h = (1 - |x|) / 2 (exact); asin z = z + z q(w), q = asin(z) / z - 1 of
+// degree 6 in w = z^2 - 1/8 on [0, 1/4] (the Chebyshev interpolant at 300
+// nodes, as monomials in w, rounded to float). The root's rounding error,
+// (h - z^2) / (2z) with h - z^2 exact, goes into the result as `twice_delta`
+// (2 of it); pi/2 and pi come in two parts and the difference from them
+// keeps its rounding error (Fast2Sum), so only the last sum rounds:
+// asin |x| = pi/2 - 2 asin z above 1/2, acos x = pi/2 - asin x up to 1/2 in
+// magnitude, 2 asin z above, pi - 2 asin z below. |x| > 1 gives NaN through
+// the square root. Within 0.67 ulp (asin) and 0.65 ulp (acos) over all 2^32
+// float32 inputs.
+constexpr float kAsinPoly[] = {2.210057527e-02f, 1.877775788e-01f, 9.510029107e-02f, 6.414268911e-02f, 4.961927608e-02f, 4.255359992e-02f, 3.780636191e-02f};
+
+struct AsinParts {
+  float z, q, twice_delta;
+};
+
+inline __attribute__((always_inline)) AsinParts asin_parts(float a, bool near) {
+  const float h = 0.5f * (1.0f - a);
+  const float z = near ? a : std::sqrt(h);
+  const float w = mul_add(z, z, -0.125f);
+  constexpr int kDegree = sizeof(kAsinPoly) / sizeof(kAsinPoly[0]) - 1;
+  float q = kAsinPoly[kDegree];
+#pragma GCC unroll 16
+  for (int k = kDegree - 1; k >= 0; --k) q = mul_add(q, w, kAsinPoly[k]);
+  // residual / z with 1/z to about 2%, all the correction needs: an estimate
+  // from the bits and one Newton step (a division took a fifth of asin's time).
+  const float residual = mul_add(-z, z, h);
+  const float r0 = bits_to_float(0x7ef311c7 - float_to_bits(z));
+  const float inverse = r0 * mul_add(-z, r0, 2.0f);
+  return {z, q, z > 0.0f ? residual * inverse : 0.0f};
+}
+
+inline __attribute__((always_inline)) float asin_f32(float x) {
+  const float a = std::fabs(x);
+  const bool near = a <= 0.5f;
+  const AsinParts p = asin_parts(a, near);
+  const float y = p.z + p.z;
+  const float diff = kHalfPiHi - y, diff_lo = (kHalfPiHi - diff) - y;
+  const float far = diff + mul_add(-y, p.q, (diff_lo + kHalfPiLo) - p.twice_delta);
+  return std::copysign(near ? mul_add(p.z, p.q, p.z) : far, x);
+}
+
+inline __attribute__((always_inline)) float acos_f32(float x) {
+  const float a = std::fabs(x);
+  const bool near = a <= 0.5f;
+  const AsinParts p = asin_parts(a, near);
+  const float y = p.z + p.z;
+  const float hi = near ? kHalfPiHi : kPiHi, lo = near ? kHalfPiLo : kPiLo, v = near ? x : y;
+  const float diff = hi - v, diff_lo = (hi - diff) - v;
+  const float from_hi = diff + mul_add(-v, p.q, (diff_lo + lo) - (near ? 0.0f : p.twice_delta));
+  return x > 0.5f ? y + mul_add(y, p.q, p.twice_delta) : from_hi;
 }
 
 // The standard normal CDF at x, 0.5 * erfc(-x / sqrt(2)), from erfc(a) =
@@ -407,6 +466,16 @@ template <class C>
 inline __attribute__((always_inline)) C atan_of(C x) {
   if constexpr (std::is_same_v<C, float>) return atan_f32(x);
   else return std::atan(x);
+}
+template <class C>
+inline __attribute__((always_inline)) C asin_of(C x) {
+  if constexpr (std::is_same_v<C, float>) return asin_f32(x);
+  else return std::asin(x);
+}
+template <class C>
+inline __attribute__((always_inline)) C acos_of(C x) {
+  if constexpr (std::is_same_v<C, float>) return acos_f32(x);
+  else return std::acos(x);
 }
 template <class C>
 inline __attribute__((always_inline)) C erf_of(C x) {
