@@ -19,6 +19,7 @@
 #define FLEMU_KERNELS_SUPPORT_FAST_MATH_H_
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -139,6 +140,15 @@ inline __attribute__((always_inline)) float exp2_f32(float x) {
   return x != x ? x : out;
 }
 
+// c[0] + c[1] x + ... + c[N-1] x^(N-1) by Horner's rule, one rounding a step.
+template <size_t N>
+inline __attribute__((always_inline)) float horner(const float (&c)[N], float x) {
+  float p = c[N - 1];
+#pragma GCC unroll 16
+  for (int k = static_cast<int>(N) - 2; k >= 0; --k) p = mul_add(p, x, c[k]);
+  return p;
+}
+
 // erf in float from two forms, both evaluated, one chosen per value:
 // - below 1 in magnitude, a + a q(w) with w = a^2 - 1/2 (one rounding) and q
 //   = erf(a) / a - 1 of degree 6 in w: centring the variable keeps Horner's
@@ -164,12 +174,7 @@ constexpr float kErfcFrom22[] = {1.508176047e-05f,  -9.678398783e-05f, 2.9620440
 
 inline __attribute__((always_inline)) float erf_f32(float x) {
   const float a = std::fabs(x);
-  const float w = mul_add(a, a, -0.5f);
-  constexpr int kNearDegree = sizeof(kErfNear) / sizeof(kErfNear[0]) - 1;
-  float q = kErfNear[kNearDegree];
-#pragma GCC unroll 16
-  for (int k = kNearDegree - 1; k >= 0; --k) q = mul_add(q, w, kErfNear[k]);
-  const float near = mul_add(a, q, a);
+  const float near = mul_add(a, horner(kErfNear, mul_add(a, a, -0.5f)), a);
   const bool upper = a >= 2.2f;
   const float u = (a > 3.92f ? 3.92f : a) - (upper ? 3.05999994f : 1.60000002f);
   constexpr int kFarDegree = sizeof(kErfcBelow22) / sizeof(kErfcBelow22[0]) - 1;
@@ -202,11 +207,7 @@ inline __attribute__((always_inline)) float atan_f32(float x) {
   const bool above_one = a > 1.0f;
   const float clamped = a > 1e30f ? 1e30f : a;
   const float z = above_one ? 1.0f / clamped : a;
-  const float w = mul_add(z, z, -0.5f);
-  constexpr int kDegree = sizeof(kAtanPoly) / sizeof(kAtanPoly[0]) - 1;
-  float q = kAtanPoly[kDegree];
-#pragma GCC unroll 16
-  for (int k = kDegree - 1; k >= 0; --k) q = mul_add(q, w, kAtanPoly[k]);
+  const float q = horner(kAtanPoly, mul_add(z, z, -0.5f));
   const float near = mul_add(z, q, z);
   const float delta = mul_add(-z, clamped, 1.0f) * z;  // 1 / |x| - z, to first order
   const float diff = kHalfPiHi - z, diff_lo = (kHalfPiHi - diff) - z;
@@ -234,11 +235,7 @@ struct AsinParts {
 inline __attribute__((always_inline)) AsinParts asin_parts(float a, bool near) {
   const float h = 0.5f * (1.0f - a);
   const float z = near ? a : std::sqrt(h);
-  const float w = mul_add(z, z, -0.125f);
-  constexpr int kDegree = sizeof(kAsinPoly) / sizeof(kAsinPoly[0]) - 1;
-  float q = kAsinPoly[kDegree];
-#pragma GCC unroll 16
-  for (int k = kDegree - 1; k >= 0; --k) q = mul_add(q, w, kAsinPoly[k]);
+  const float q = horner(kAsinPoly, mul_add(z, z, -0.125f));
   // residual / z with 1/z to about 2%, all the correction needs: an estimate
   // from the bits and one Newton step (a division took a fifth of asin's time).
   const float residual = mul_add(-z, z, h);
