@@ -19,6 +19,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "float_form.h"
 #include "mul_add.h"
 
 namespace flemu {
@@ -208,20 +209,13 @@ inline __attribute__((always_inline)) float mish_f32(float x) {
 
 // ---- the compute type's forms: float32 above, libm for double ----
 
-#define FLEMU_DOUBLE_MATH_DISPATCH(name, f32, libm)                          \
-  template <class C>                                                         \
-  inline __attribute__((always_inline)) C name(C x) {                        \
-    if constexpr (std::is_same_v<C, float>) return f32(x);                   \
-    else return libm(x);                                                     \
-  }
-FLEMU_DOUBLE_MATH_DISPATCH(expm1_of, expm1_f32, std::expm1)
-FLEMU_DOUBLE_MATH_DISPATCH(log10_of, log10_f32, std::log10)
-FLEMU_DOUBLE_MATH_DISPATCH(sinh_of, sinh_f32, std::sinh)
-FLEMU_DOUBLE_MATH_DISPATCH(cosh_of, cosh_f32, std::cosh)
-FLEMU_DOUBLE_MATH_DISPATCH(atanh_of, atanh_f32, std::atanh)
-FLEMU_DOUBLE_MATH_DISPATCH(asinh_of, asinh_f32, std::asinh)
-FLEMU_DOUBLE_MATH_DISPATCH(acosh_of, acosh_f32, std::acosh)
-#undef FLEMU_DOUBLE_MATH_DISPATCH
+FLEMU_FLOAT_FORM(expm1_of, expm1_f32, std::expm1)
+FLEMU_FLOAT_FORM(log10_of, log10_f32, std::log10)
+FLEMU_FLOAT_FORM(sinh_of, sinh_f32, std::sinh)
+FLEMU_FLOAT_FORM(cosh_of, cosh_f32, std::cosh)
+FLEMU_FLOAT_FORM(atanh_of, atanh_f32, std::atanh)
+FLEMU_FLOAT_FORM(asinh_of, asinh_f32, std::asinh)
+FLEMU_FLOAT_FORM(acosh_of, acosh_f32, std::acosh)
 
 template <class C>
 inline __attribute__((always_inline)) C mish_of(C x) {

@@ -25,6 +25,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "float_form.h"
 #include "mul_add.h"
 
 namespace flemu {
@@ -452,58 +453,19 @@ inline __attribute__((always_inline)) void trig_array(const float* in, float* ou
   }
 }
 
-// The compute type's exp, erf, tanh, log, exp2, log2 and log1p: the vectorizable float32
+// The compute type's exp, atan, asin, acos, erf, tanh, log, exp2, log2 and log1p: the vectorizable float32
 // forms above, libm for double.
-template <class C>
-inline __attribute__((always_inline)) C exp_of(C x) {
-  if constexpr (std::is_same_v<C, float>) return exp_f32(x);
-  else return std::exp(x);
-}
-template <class C>
-inline __attribute__((always_inline)) C atan_of(C x) {
-  if constexpr (std::is_same_v<C, float>) return atan_f32(x);
-  else return std::atan(x);
-}
-template <class C>
-inline __attribute__((always_inline)) C asin_of(C x) {
-  if constexpr (std::is_same_v<C, float>) return asin_f32(x);
-  else return std::asin(x);
-}
-template <class C>
-inline __attribute__((always_inline)) C acos_of(C x) {
-  if constexpr (std::is_same_v<C, float>) return acos_f32(x);
-  else return std::acos(x);
-}
-template <class C>
-inline __attribute__((always_inline)) C erf_of(C x) {
-  if constexpr (std::is_same_v<C, float>) return erf_f32(x);
-  else return std::erf(x);
-}
-template <class C>
-inline __attribute__((always_inline)) C tanh_of(C x) {
-  if constexpr (std::is_same_v<C, float>) return tanh_f32(x);
-  else return std::tanh(x);
-}
-template <class C>
-inline __attribute__((always_inline)) C log_of(C x) {
-  if constexpr (std::is_same_v<C, float>) return log_f32(x);
-  else return std::log(x);
-}
-template <class C>
-inline __attribute__((always_inline)) C exp2_of(C x) {
-  if constexpr (std::is_same_v<C, float>) return exp2_f32(x);
-  else return std::exp2(x);
-}
-template <class C>
-inline __attribute__((always_inline)) C log2_of(C x) {
-  if constexpr (std::is_same_v<C, float>) return log2_f32(x);
-  else return std::log2(x);
-}
-template <class C>
-inline __attribute__((always_inline)) C log1p_of(C x) {
-  if constexpr (std::is_same_v<C, float>) return log1p_f32(x);
-  else return std::log1p(x);
-}
+FLEMU_FLOAT_FORM(exp_of, exp_f32, std::exp)
+FLEMU_FLOAT_FORM(atan_of, atan_f32, std::atan)
+FLEMU_FLOAT_FORM(asin_of, asin_f32, std::asin)
+FLEMU_FLOAT_FORM(acos_of, acos_f32, std::acos)
+FLEMU_FLOAT_FORM(erf_of, erf_f32, std::erf)
+FLEMU_FLOAT_FORM(tanh_of, tanh_f32, std::tanh)
+FLEMU_FLOAT_FORM(log_of, log_f32, std::log)
+FLEMU_FLOAT_FORM(exp2_of, exp2_f32, std::exp2)
+FLEMU_FLOAT_FORM(log2_of, log2_f32, std::log2)
+FLEMU_FLOAT_FORM(log1p_of, log1p_f32, std::log1p)
+
 template <class C>
 inline __attribute__((always_inline)) C sigmoid_of(C x) {
   // exp of a non-positive argument only: no overflow for large |x|. Selects,
