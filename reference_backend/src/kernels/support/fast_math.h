@@ -412,8 +412,12 @@ inline __attribute__((always_inline)) float trig_f32(float x) {
   pc = mul_add(pc, s, -0.5);
   const double cos_r = mul_add(s, pc, 1.0);
   const int32_t q = static_cast<int32_t>(k) + (kFn == Trig::Cos ? 1 : 0);
-  // tan(x) is tan r for even k, -1 / tan r for odd k.
-  if constexpr (kFn == Trig::Tan) return static_cast<float>((q & 1) ? -cos_r / sin_r : sin_r / cos_r);
+  // tan(x) is tan r for even k, -1 / tan r for odd k: the operands chosen
+  // first, so one division (a vector form of the two quotients divides twice).
+  if constexpr (kFn == Trig::Tan) {
+    const bool odd = q & 1;
+    return static_cast<float>((odd ? -cos_r : sin_r) / (odd ? sin_r : cos_r));
+  }
   // sin(x) is sin r, cos r, -sin r, -cos r for k = 0, 1, 2, 3 mod 4; cos(x) is sin(x + pi/2).
   const double v = (q & 1) ? cos_r : sin_r;
   return static_cast<float>((q & 2) ? -v : v);
