@@ -57,6 +57,13 @@ std::vector<float> grid(uint32_t first, uint32_t limit, uint32_t stride, bool bo
   return xs;
 }
 
+// Every `stride`-th float of [-1, 1], and a few beyond it (asin, acos and atanh give NaN there).
+std::vector<float> unit_and_beyond(uint32_t stride) {
+  std::vector<float> xs = grid(0, 0x3f800001u, stride, true);
+  for (float x : {1.0000001f, -1.0000001f, 2.0f, -7.5f, INFINITY, -INFINITY, NAN}) xs.push_back(x);
+  return xs;
+}
+
 // The worst ulp error of got against ref over xs; each must be within bound
 // ulp, or within abs_floor of ref (a result near a zero of a sum of terms).
 double worst_of(const char* what, const std::vector<float>& xs, const std::vector<float>& got, double (*ref)(double),
@@ -111,9 +118,7 @@ double elu_grad_ref(double x) { return x > 0.0 ? 1.0 : std::exp(x); }
 // every stride-th float of their domain, both signs, within 1 ulp.
 void check_double_math() {
   const std::vector<float> all = grid(0, 0x7f800001u, 509, true);
-  std::vector<float> unit;  // |x| <= 1 and a few beyond
-  for (float x : grid(0, 0x3f800001u, 37, true)) unit.push_back(x);
-  for (float x : {1.0000001f, -1.0000001f, 2.0f, -7.5f, INFINITY, -INFINITY, NAN}) unit.push_back(x);
+  const std::vector<float> unit = unit_and_beyond(37);
   std::vector<float> angles = grid(0, 0x4a000000u, 257, true);
   std::vector<float> tans(angles.size());
   flemu::trig_array<flemu::Trig::Tan>(angles.data(), tans.data(), static_cast<int64_t>(angles.size()));
@@ -213,9 +218,7 @@ int main() {
       worst_of("log2 within 0.75 ulp", signed_values, map(signed_values, flemu::log2_f32), log2_ref, 0.75);
   const double worst_atan =
       worst_of("atan within 0.85 ulp", signed_values, map(signed_values, flemu::atan_f32), atan_ref, 0.85);
-  // asin and acos over every 7th float of [-1, 1], and beyond it (NaN).
-  std::vector<float> unit = grid(0, 0x3f800001u, 7, true);
-  for (float x : {1.0000001f, -1.0000001f, 2.0f, -7.5f, INFINITY, -INFINITY, NAN}) unit.push_back(x);
+  const std::vector<float> unit = unit_and_beyond(7);  // asin and acos
   const double worst_asin = worst_of("asin within 0.67 ulp", unit, map(unit, flemu::asin_f32), asin_ref, 0.67);
   const double worst_acos = worst_of("acos within 0.65 ulp", unit, map(unit, flemu::acos_f32), acos_ref, 0.65);
   std::vector<float> above_minus_one = positive;

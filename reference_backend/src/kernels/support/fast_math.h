@@ -190,14 +190,21 @@ inline __attribute__((always_inline)) float erf_f32(float x) {
 constexpr float kHalfPiHi = 1.57079637050628662109f, kHalfPiLo = -4.37113900018624283e-8f;
 constexpr float kPiHi = 3.14159274101257324219f, kPiLo = -8.74227800037248566e-8f;
 
+// hi + lo - v (1 + q) - extra for a constant hi + lo (|hi| >= |v|) with one
+// rounding at the end: hi - v's rounding error kept (Fast2Sum), the small
+// terms summed apart and added last (atan, asin and acos near pi/2 and pi).
+inline __attribute__((always_inline)) float minus_from(float hi, float lo, float v, float q, float extra) {
+  const float diff = hi - v, diff_lo = (hi - diff) - v;
+  return diff + mul_add(-v, q, (diff_lo + lo) - extra);
+}
+
 // atan in float: z = |x|, or 1/|x| above 1, and atan z = z + z q(w) with q =
 // atan(z) / z - 1 of degree 10 in w = z^2 - 1/2 (one rounding; centring keeps
 // Horner's partial sums small; the Chebyshev interpolant at 300 nodes of
 // [0, 1], as monomials in w, rounded to float). Above 1, atan |x| = pi/2 -
-// atan(1/|x|): pi/2 in two parts, the difference's rounding error kept
-// (Fast2Sum) and the division's first-order error, r z / (1 + z^2) with r =
-// 1 - z |x| exact, taken off (1 / (1 + z^2) as 1 - z^2 / 2: its error moves
-// the result by under 0.02 ulp), so only the last sum rounds. |x| is clamped
+// atan(1/|x|) by minus_from, the division's first-order error r z / (1 + z^2)
+// (r = 1 - z |x| exact; 1 / (1 + z^2) as 1 - z^2 / 2, whose error moves the
+// result by under 0.02 ulp) taken off with it. |x| is clamped
 // to 1e30 before the division (atan is pi/2 in float long before), so inf
 // gives pi/2, not the NaN of 0 * inf. Within 0.85 ulp of atan over all 2^32
 // float32 inputs.
@@ -211,9 +218,8 @@ inline __attribute__((always_inline)) float atan_f32(float x) {
   const float q = horner(kAtanPoly, mul_add(z, z, -0.5f));
   const float near = mul_add(z, q, z);
   const float delta = mul_add(-z, clamped, 1.0f) * z;  // 1 / |x| - z, to first order
-  const float diff = kHalfPiHi - z, diff_lo = (kHalfPiHi - diff) - z;
-  const float tail = mul_add(-z, q, (diff_lo + kHalfPiLo) - mul_add(-0.5f * (z * z), delta, delta));
-  return std::copysign(above_one ? diff + tail : near, x);
+  const float far = minus_from(kHalfPiHi, kHalfPiLo, z, q, mul_add(-0.5f * (z * z), delta, delta));
+  return std::copysign(above_one ? far : near, x);
 }
 
 // asin and acos in float, from z and q: z = |x| up to 1/2, else z = sqrt(h)
@@ -221,8 +227,7 @@ inline __attribute__((always_inline)) float atan_f32(float x) {
 // degree 6 in w = z^2 - 1/8 on [0, 1/4] (the Chebyshev interpolant at 300
 // nodes, as monomials in w, rounded to float). The root's rounding error,
 // (h - z^2) / (2z) with h - z^2 exact, goes into the result as `twice_delta`
-// (2 of it); pi/2 and pi come in two parts and the difference from them
-// keeps its rounding error (Fast2Sum), so only the last sum rounds:
+// (2 of it); the differences from pi/2 and pi round once (minus_from):
 // asin |x| = pi/2 - 2 asin z above 1/2, acos x = pi/2 - asin x up to 1/2 in
 // magnitude, 2 asin z above, pi - 2 asin z below. |x| > 1 gives NaN through
 // the square root. Within 0.67 ulp (asin) and 0.65 ulp (acos) over all 2^32
@@ -249,9 +254,7 @@ inline __attribute__((always_inline)) float asin_f32(float x) {
   const float a = std::fabs(x);
   const bool near = a <= 0.5f;
   const AsinParts p = asin_parts(a, near);
-  const float y = p.z + p.z;
-  const float diff = kHalfPiHi - y, diff_lo = (kHalfPiHi - diff) - y;
-  const float far = diff + mul_add(-y, p.q, (diff_lo + kHalfPiLo) - p.twice_delta);
+  const float far = minus_from(kHalfPiHi, kHalfPiLo, p.z + p.z, p.q, p.twice_delta);
   return std::copysign(near ? mul_add(p.z, p.q, p.z) : far, x);
 }
 
@@ -260,9 +263,9 @@ inline __attribute__((always_inline)) float acos_f32(float x) {
   const bool near = a <= 0.5f;
   const AsinParts p = asin_parts(a, near);
   const float y = p.z + p.z;
-  const float hi = near ? kHalfPiHi : kPiHi, lo = near ? kHalfPiLo : kPiLo, v = near ? x : y;
-  const float diff = hi - v, diff_lo = (hi - diff) - v;
-  const float from_hi = diff + mul_add(-v, p.q, (diff_lo + lo) - (near ? 0.0f : p.twice_delta));
+  // One minus_from, its operands chosen: pi/2 - asin x up to 1/2, pi - 2 asin z below -1/2.
+  const float from_hi = minus_from(near ? kHalfPiHi : kPiHi, near ? kHalfPiLo : kPiLo, near ? x : y, p.q,
+                                   near ? 0.0f : p.twice_delta);
   return x > 0.5f ? y + mul_add(y, p.q, p.twice_delta) : from_hi;
 }
 
