@@ -117,18 +117,6 @@ TFL_Error* kernel_exp(const TFL_Kernel_Args* a) {
     launch_float_unary(L, "exp", [](auto x) { return exp_of(x); }, kTranscendentalGrain);
   });
 }
-TFL_Error* kernel_log(const TFL_Kernel_Args* a) {
-  return unary(a, kLog, "log", [](auto x) { return log_of(x); }, kTranscendentalGrain);
-}
-TFL_Error* kernel_exp2(const TFL_Kernel_Args* a) {
-  return unary(a, kExp2, "exp2", [](auto x) { return exp2_of(x); }, kTranscendentalGrain);
-}
-TFL_Error* kernel_log2(const TFL_Kernel_Args* a) {
-  return unary(a, kLog2, "log2", [](auto x) { return log2_of(x); }, kTranscendentalGrain);
-}
-TFL_Error* kernel_log1p(const TFL_Kernel_Args* a) {
-  return unary(a, kLog1p, "log1p", [](auto x) { return log1p_of(x); }, kTranscendentalGrain);
-}
 TFL_Error* kernel_sqrt(const TFL_Kernel_Args* a) {
   return unary(a, kSqrt, "sqrt", [](auto x) { return std::sqrt(x); });
 }
@@ -144,35 +132,33 @@ TFL_Error* kernel_sin(const TFL_Kernel_Args* a) {
 TFL_Error* kernel_cos(const TFL_Kernel_Args* a) {
   return run_kernel(a, kCos, [&](Launch& L) { launch_trig<Trig::Cos>(L, "cos"); });
 }
-TFL_Error* kernel_erf(const TFL_Kernel_Args* a) {
-  return unary(a, kErf, "erf", [](auto x) { return erf_of(x); }, kTranscendentalGrain);
-}
-TFL_Error* kernel_atan(const TFL_Kernel_Args* a) {
-  return unary(a, kAtan, "atan", [](auto x) { return atan_of(x); }, kTranscendentalGrain);
-}
-TFL_Error* kernel_asin(const TFL_Kernel_Args* a) {
-  return unary(a, kAsin, "asin", [](auto x) { return asin_of(x); }, kTranscendentalGrain);
-}
-TFL_Error* kernel_acos(const TFL_Kernel_Args* a) {
-  return unary(a, kAcos, "acos", [](auto x) { return acos_of(x); }, kTranscendentalGrain);
-}
 TFL_Error* kernel_tan(const TFL_Kernel_Args* a) {
   return run_kernel(a, kTan, [&](Launch& L) { launch_trig<Trig::Tan>(L, "tan"); });
 }
 
-// The float32 functions evaluated in double (support/double_math.h).
-#define FLEMU_DOUBLE_MATH_KERNEL(name, id)                                                                 \
-  TFL_Error* kernel_##name(const TFL_Kernel_Args* a) {                                                   \
-    return unary(a, id, #name, [](auto x) __attribute__((always_inline)) { return name##_of(x); }, kTranscendentalGrain);  \
+// The functions with a compute-type form name_of (support/fast_math.h and
+// support/double_math.h: float32 forms without libm calls, libm for double).
+#define FLEMU_MATH_KERNEL(name, id)                                                                  \
+  TFL_Error* kernel_##name(const TFL_Kernel_Args* a) {                                               \
+    return unary(a, id, #name, [](auto x) __attribute__((always_inline)) { return name##_of(x); },  \
+                 kTranscendentalGrain);                                                              \
   }
-FLEMU_DOUBLE_MATH_KERNEL(expm1, kExpm1)
-FLEMU_DOUBLE_MATH_KERNEL(log10, kLog10)
-FLEMU_DOUBLE_MATH_KERNEL(sinh, kSinh)
-FLEMU_DOUBLE_MATH_KERNEL(cosh, kCosh)
-FLEMU_DOUBLE_MATH_KERNEL(atanh, kAtanh)
-FLEMU_DOUBLE_MATH_KERNEL(asinh, kAsinh)
-FLEMU_DOUBLE_MATH_KERNEL(acosh, kAcosh)
-#undef FLEMU_DOUBLE_MATH_KERNEL
+FLEMU_MATH_KERNEL(log, kLog)
+FLEMU_MATH_KERNEL(exp2, kExp2)
+FLEMU_MATH_KERNEL(log2, kLog2)
+FLEMU_MATH_KERNEL(log1p, kLog1p)
+FLEMU_MATH_KERNEL(erf, kErf)
+FLEMU_MATH_KERNEL(atan, kAtan)
+FLEMU_MATH_KERNEL(asin, kAsin)
+FLEMU_MATH_KERNEL(acos, kAcos)
+FLEMU_MATH_KERNEL(expm1, kExpm1)
+FLEMU_MATH_KERNEL(log10, kLog10)
+FLEMU_MATH_KERNEL(sinh, kSinh)
+FLEMU_MATH_KERNEL(cosh, kCosh)
+FLEMU_MATH_KERNEL(atanh, kAtanh)
+FLEMU_MATH_KERNEL(asinh, kAsinh)
+FLEMU_MATH_KERNEL(acosh, kAcosh)
+#undef FLEMU_MATH_KERNEL
 
 namespace {
 
