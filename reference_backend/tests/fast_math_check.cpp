@@ -4,7 +4,7 @@
 // sin and cos within 1 ulp, erf within 0.82, atan 0.85, asin 0.67, acos 0.65,
 // exp2 0.92 and log2 0.75 (what a run over all 2^32 inputs measured), log1p within 2, softplus (log1p of exp) within
 // 3 (sin and cos through trig_array, libm beyond its range, over every 61st
-// float up to 2^21); the special values libm gives; tan, expm1,
+// float up to 2^21); log_array gives log_f32's and log2_f32's bits; the special values libm gives; tan, expm1,
 // log10, sinh, cosh, atanh, asinh, acosh, logit, mish, elu
 // and its gradient evaluated in
 // double (support/double_math.h) within 1 ulp; exp_nonpositive_f32 is exp_f32 on non-positive
@@ -259,6 +259,25 @@ int main() {
   std::vector<float> in_place = angles;
   flemu::trig_array<flemu::Trig::Cos>(in_place.data(), in_place.data(), static_cast<int64_t>(in_place.size()));
   expect(std::memcmp(in_place.data(), cosines.data(), cosines.size() * sizeof(float)) == 0, "cos in place", 0, 0, 0);
+  // log_array (blocks of positive normal values without the special-value selects) gives log_f32's and
+  // log2_f32's bits, over blocks with and without zeros, negatives, denormals, inf and NaN; in place too.
+  std::vector<float> logs_in = positive;  // every 97th float: blocks of normal values, and of denormals
+  for (float x : {0.0f, -1.0f, INFINITY, NAN, -0.0f, 1e-40f}) logs_in.insert(logs_in.begin() + 300000, x);
+  for (const bool log2 : {false, true}) {
+    std::vector<float> arrayed(logs_in.size()), in_place_log = logs_in;
+    const auto run = [log2](const float* in, float* out, int64_t n) {
+      if (log2) flemu::log_array<true>(in, out, n);
+      else flemu::log_array<false>(in, out, n);
+    };
+    run(logs_in.data(), arrayed.data(), static_cast<int64_t>(logs_in.size()));
+    run(in_place_log.data(), in_place_log.data(), static_cast<int64_t>(in_place_log.size()));
+    int differ = 0;
+    for (size_t i = 0; i < logs_in.size(); ++i) {
+      const float one = log2 ? flemu::log2_f32(logs_in[i]) : flemu::log_f32(logs_in[i]);
+      differ += std::memcmp(&one, &arrayed[i], sizeof one) != 0 || std::memcmp(&one, &in_place_log[i], sizeof one) != 0;
+    }
+    expect(differ == 0, log2 ? "log_array<log2> = log2_f32" : "log_array = log_f32", differ, differ, 0);
+  }
   // exp_nonpositive_f32 (sigmoid's and gelu's) is exp_f32 wherever its argument is not positive.
   for (uint32_t b = 0x80000000u; b <= 0xff800000u; b += 13) {
     const float x = from_bits(b), a = flemu::exp_f32(x), c = flemu::exp_nonpositive_f32(x);

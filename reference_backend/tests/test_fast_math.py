@@ -1,9 +1,10 @@
-"""flemu's vectorizable float32 exp, exp2, erf, log, log2, log1p, sin and cos
-(support/fast_math.h, used by their kernels, gelu, softmax and fused regions),
-and the functions it evaluates in double (support/double_math.h: tan,
-expm1, log10, sinh, cosh, atan, asin, acos, atanh, asinh, acosh, logit,
-softplus, mish and its gradient, elu), against libm in double over their whole
-ranges (built from the headers alone)."""
+"""flemu's vectorizable float32 exp, exp2, erf, atan, asin, acos, log, log2,
+log1p, sin and cos (support/fast_math.h, used by their kernels, gelu,
+softmax and fused regions; trig_array and log_array, the forms over many
+values, give the one-value forms' bits), and the functions it evaluates in
+double (support/double_math.h: tan, expm1, log10, sinh, cosh, atanh, asinh,
+acosh, logit, softplus, mish and its gradient, elu), against libm in double
+over their whole ranges (built from the headers alone)."""
 
 from __future__ import annotations
 

@@ -103,6 +103,16 @@ void launch_trig(const Launch& L, const char* op) {
       [](auto x) __attribute__((always_inline)) { return trig_of<kFn>(x); }, kTranscendentalGrain);
 }
 
+// log or log2: float32 runs with unit strides through log_array (blocks of
+// positive normal values without the special-value selects), the same bits.
+template <bool kLog2>
+void launch_log(const Launch& L, const char* op) {
+  launch_float_unary_array(
+      L, op,
+      [](const float* in, float* out, int64_t n) __attribute__((always_inline)) { log_array<kLog2>(in, out, n); },
+      [](auto x) __attribute__((always_inline)) { return kLog2 ? log2_of(x) : log_of(x); }, kTranscendentalGrain);
+}
+
 }  // namespace
 
 TFL_Error* kernel_exp(const TFL_Kernel_Args* a) {
@@ -135,6 +145,12 @@ TFL_Error* kernel_cos(const TFL_Kernel_Args* a) {
 TFL_Error* kernel_tan(const TFL_Kernel_Args* a) {
   return run_kernel(a, kTan, [&](Launch& L) { launch_trig<Trig::Tan>(L, "tan"); });
 }
+TFL_Error* kernel_log(const TFL_Kernel_Args* a) {
+  return run_kernel(a, kLog, [&](Launch& L) { launch_log<false>(L, "log"); });
+}
+TFL_Error* kernel_log2(const TFL_Kernel_Args* a) {
+  return run_kernel(a, kLog2, [&](Launch& L) { launch_log<true>(L, "log2"); });
+}
 
 // The functions with a compute-type form name_of (support/fast_math.h and
 // support/double_math.h: float32 forms without libm calls, libm for double).
@@ -143,9 +159,7 @@ TFL_Error* kernel_tan(const TFL_Kernel_Args* a) {
     return unary(a, id, #name, [](auto x) __attribute__((always_inline)) { return name##_of(x); },  \
                  kTranscendentalGrain);                                                              \
   }
-FLEMU_MATH_KERNEL(log, kLog)
 FLEMU_MATH_KERNEL(exp2, kExp2)
-FLEMU_MATH_KERNEL(log2, kLog2)
 FLEMU_MATH_KERNEL(log1p, kLog1p)
 FLEMU_MATH_KERNEL(erf, kErf)
 FLEMU_MATH_KERNEL(atan, kAtan)

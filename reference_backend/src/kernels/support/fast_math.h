@@ -307,6 +307,9 @@ inline __attribute__((always_inline)) float tanh_f32(float x) {
 // exact), within 1 ulp; a denormal x is scaled by 2^23 first. 0 gives -inf,
 // a negative x NaN, inf inf, as logf does. log_split is the reduction and
 // the polynomial, shared with log2_f32; log_specials the special values.
+// The reduction takes m and e from x's bits less those of sqrt(1/2): the
+// difference's exponent field is e, and x's bits less that field's are m's
+// (integer operations only, no comparison).
 struct LogSplit {
   float fe;  // e, as a float
   float f;   // m - 1, exact
@@ -314,14 +317,17 @@ struct LogSplit {
   float c;   // the cubic tail: log(1 + f) = f - z / 2 + c
 };
 
+// kAnyX: x may be anything; otherwise x is positive, normal and finite
+// (log_normal), and the denormal scaling is left out.
+template <bool kAnyX>
 inline __attribute__((always_inline)) LogSplit log_split(float x) {
-  const bool denormal = x < 1.17549435e-38f;  // also 0 and negatives, replaced by log_specials
-  const float xs = denormal ? x * 8388608.0f : x;
-  const int32_t bits = float_to_bits(xs);
-  const float m = bits_to_float((bits & 0x007fffff) | 0x3f000000);  // in [0.5, 1)
-  const bool low = m < 0.707106781186547524f;
-  const int32_t e = ((bits >> 23) & 0xff) - 126 - (low ? 1 : 0);
-  const float f = low ? (m + m) - 1.0f : m - 1.0f;
+  constexpr int32_t kSqrtHalfBits = 0x3f3504f3;  // sqrt(1/2) rounded to float
+  bool denormal = false;  // also 0 and negatives, replaced by log_specials
+  if constexpr (kAnyX) denormal = x < 1.17549435e-38f;
+  const int32_t bits = float_to_bits(denormal ? x * 8388608.0f : x);
+  const int32_t offset = bits - kSqrtHalfBits;
+  const int32_t e = offset >> 23;  // arithmetic: negative below sqrt(1/2)
+  const float f = bits_to_float(bits - (offset & static_cast<int32_t>(0xff800000))) - 1.0f;
   const float fe = static_cast<float>(e) - (denormal ? 23.0f : 0.0f);
   const float z = f * f;
   float p = 7.0376836292e-2f;
@@ -344,12 +350,24 @@ inline __attribute__((always_inline)) float log_specials(float x, float out) {
   return x != x ? x : out;
 }
 
-inline __attribute__((always_inline)) float log_f32(float x) {
-  const LogSplit s = log_split(x);
+// x positive, normal and finite: the reduction needs no scaling and the
+// result no special values (log_array takes blocks of these).
+inline __attribute__((always_inline)) bool log_normal(float x) {
+  // One unsigned comparison: the bits of the normal positive finite floats,
+  // less those of the least of them, lie below those of inf less the same.
+  return static_cast<uint32_t>(float_to_bits(x) - 0x00800000) < static_cast<uint32_t>(0x7f800000 - 0x00800000);
+}
+
+template <bool kAnyX>
+inline __attribute__((always_inline)) float log_form(float x) {
+  const LogSplit s = log_split<kAnyX>(x);
   float y = mul_add(s.fe, -2.12194440e-4f, s.c);
   y = mul_add(-0.5f, s.z, y);
-  return log_specials(x, mul_add(s.fe, 0.693359375f, s.f + y));
+  const float out = mul_add(s.fe, 0.693359375f, s.f + y);
+  return kAnyX ? log_specials(x, out) : out;
 }
+
+inline __attribute__((always_inline)) float log_f32(float x) { return log_form<true>(x); }
 
 // log2: e + log(1 + f) log2(e) from log_split, with f^2 = z + z_lo exactly
 // and each product by log2(e) (rounded to float, kL) and each sum of the
@@ -357,18 +375,21 @@ inline __attribute__((always_inline)) float log_f32(float x) {
 // tail (log_f32's sum would lose up to 0.4 ulp more near x = sqrt(2), where
 // e is 0 and the result small). Within 0.75 ulp of log2 over all 2^32
 // float32 inputs; the special values are log_f32's.
-inline __attribute__((always_inline)) float log2_f32(float x) {
+template <bool kAnyX>
+inline __attribute__((always_inline)) float log2_form(float x) {
   constexpr float kL = 1.44269502162933349609f;       // log2(e) rounded to float
   constexpr float kLlo = 1.92596299112661746887e-8f;  // log2(e) - kL
-  const LogSplit s = log_split(x);
+  const LogSplit s = log_split<kAnyX>(x);
   const float h = -0.5f * s.z, h_lo = -0.5f * mul_add(s.f, s.f, -s.z);  // h + h_lo = -f^2 / 2
   const float a = s.f * kL, a_lo = mul_add(s.f, kL, -a);
   const float b = h * kL, b_lo = mul_add(h, kL, -b);
   const float s1 = a + b, e1 = (a - s1) + b;          // exact: |a| >= |b|
   const float s2 = s.fe + s1, e2 = (s.fe - s2) + s1;  // exact: e = 0, or |e| >= 1 > |s1|
-  const float tail = mul_add(kL, h_lo + s.c, mul_add(kLlo, s.f + h, (a_lo + b_lo) + (e1 + e2)));
-  return log_specials(x, s2 + tail);
+  const float out = s2 + mul_add(kL, h_lo + s.c, mul_add(kLlo, s.f + h, (a_lo + b_lo) + (e1 + e2)));
+  return kAnyX ? log_specials(x, out) : out;
 }
+
+inline __attribute__((always_inline)) float log2_f32(float x) { return log2_form<true>(x); }
 
 // log1p: log(u) - ((u - 1) - x) / u with u = 1 + x rounded, which takes
 // out u's rounding error to first order (x itself where u is 1), within 2 ulp.
@@ -438,26 +459,49 @@ inline __attribute__((always_inline)) C trig_of(C x) {
   return kFn == Trig::Cos ? std::cos(x) : std::sin(x);
 }
 
-// out[i] = sin(in[i]) (or cos, tan) for n float32 values; out may be in:
-// trig_of for each, with blocks whose every value is in range on the vector form alone.
-template <Trig kFn>
-inline __attribute__((always_inline)) void trig_array(const float* in, float* out, int64_t n) {
+// out[i] = full(in[i]) for n float32 values, out possibly in, with the
+// blocks whose every value passes ordinary(x) on fast(x) instead: a form
+// without the branches or special values full's rare inputs need, which
+// gives full's bits for those values. The test is a pass of its own over
+// the block, so both loops vectorize. fast takes the blocks where out is in
+// or apart from it (ivdep: no value is read after another's write); a
+// partial overlap, which no caller makes, goes one value at a time.
+template <class Ordinary, class Fast, class Full>
+inline __attribute__((always_inline)) void blocked_array(const float* in, float* out, int64_t n, Ordinary ordinary,
+                                                         Fast fast, Full full) {
   constexpr int64_t kBlock = 256;
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t m = n - b < kBlock ? n - b : kBlock;
     const float* x = in + b;
     float* y = out + b;
-    int32_t out_of_range = 0;
-    for (int64_t i = 0; i < m; ++i) out_of_range |= trig_in_range(x[i]) ? 0 : 1;
-    if (out_of_range == 0) {
-      // Through a local block: the loop then vectorizes where out is in as well.
-      float block[kBlock];
-      for (int64_t i = 0; i < m; ++i) block[i] = trig_f32<kFn>(x[i]);
-      std::memcpy(y, block, static_cast<size_t>(m) * sizeof(float));
+    int32_t rare = 0;
+    for (int64_t i = 0; i < m; ++i) rare |= ordinary(x[i]) ? 0 : 1;
+    if (rare == 0 && (y == x || y + m <= x || x + m <= y)) {
+#pragma GCC ivdep
+      for (int64_t i = 0; i < m; ++i) y[i] = fast(x[i]);
       continue;
     }
-    for (int64_t i = 0; i < m; ++i) y[i] = trig_of<kFn>(x[i]);
+    for (int64_t i = 0; i < m; ++i) y[i] = full(x[i]);
   }
+}
+
+// sin, cos or tan of n float32 values (libm beyond the vector form's range).
+template <Trig kFn>
+inline __attribute__((always_inline)) void trig_array(const float* in, float* out, int64_t n) {
+  blocked_array(
+      in, out, n, [](float x) __attribute__((always_inline)) { return trig_in_range(x); },
+      [](float x) __attribute__((always_inline)) { return trig_f32<kFn>(x); },
+      [](float x) __attribute__((always_inline)) { return trig_of<kFn>(x); });
+}
+
+// log or log2 of n float32 values: blocks of positive normal finite values
+// without the denormal scaling and special values.
+template <bool kLog2>
+inline __attribute__((always_inline)) void log_array(const float* in, float* out, int64_t n) {
+  blocked_array(
+      in, out, n, [](float x) __attribute__((always_inline)) { return log_normal(x); },
+      [](float x) __attribute__((always_inline)) { return kLog2 ? log2_form<false>(x) : log_form<false>(x); },
+      [](float x) __attribute__((always_inline)) { return kLog2 ? log2_form<true>(x) : log_form<true>(x); });
 }
 
 // The compute type's exp, atan, asin, acos, erf, tanh, log, exp2, log2 and log1p: the vectorizable float32
