@@ -4,7 +4,8 @@
 // sin and cos within 1 ulp, erf within 0.82, atan 0.85, asin 0.67, acos 0.65,
 // exp2 0.92 and log2 0.75 (what a run over all 2^32 inputs measured), log1p within 2, softplus (log1p of exp) within
 // 3 (sin and cos through trig_array, libm beyond its range, over every 61st
-// float up to 2^21); log_array gives log_f32's and log2_f32's bits; the special values libm gives; tan, expm1,
+// float up to 2^21); log_array gives log_f32's and log2_f32's bits,
+// exp_array exp_f32's; the special values libm gives; tan, expm1,
 // log10, sinh, cosh, atanh, asinh, acosh, logit, mish, elu
 // and its gradient evaluated in
 // double (support/double_math.h) within 1 ulp; exp_nonpositive_f32 is exp_f32 on non-positive
@@ -277,6 +278,21 @@ int main() {
       differ += std::memcmp(&one, &arrayed[i], sizeof one) != 0 || std::memcmp(&one, &in_place_log[i], sizeof one) != 0;
     }
     expect(differ == 0, log2 ? "log_array<log2> = log2_f32" : "log_array = log_f32", differ, differ, 0);
+  }
+  // exp_array (blocks within [-87, 87] without the clamp and two-factor scaling) gives exp_f32's bits, over
+  // blocks with and without arguments whose result is denormal, 0 or inf, and NaN; in place too.
+  {
+    std::vector<float> exps_in = grid(0, 0x43000000u, 997, true);  // |x| < 128, both signs interleaved
+    for (float x : {NAN, INFINITY, -INFINITY, 87.5f, -100.0f}) exps_in.insert(exps_in.begin() + 100000, x);
+    std::vector<float> arrayed(exps_in.size()), in_place_exp = exps_in;
+    flemu::exp_array(exps_in.data(), arrayed.data(), static_cast<int64_t>(exps_in.size()));
+    flemu::exp_array(in_place_exp.data(), in_place_exp.data(), static_cast<int64_t>(in_place_exp.size()));
+    int differ = 0;
+    for (size_t i = 0; i < exps_in.size(); ++i) {
+      const float one = flemu::exp_f32(exps_in[i]);
+      differ += std::memcmp(&one, &arrayed[i], sizeof one) != 0 || std::memcmp(&one, &in_place_exp[i], sizeof one) != 0;
+    }
+    expect(differ == 0, "exp_array = exp_f32", differ, differ, 0);
   }
   // exp_nonpositive_f32 (sigmoid's and gelu's) is exp_f32 wherever its argument is not positive.
   for (uint32_t b = 0x80000000u; b <= 0xff800000u; b += 13) {

@@ -124,7 +124,9 @@ TFL_Error* kernel_exp(const TFL_Kernel_Args* a) {
       });
       return;
     }
-    launch_float_unary(L, "exp", [](auto x) { return exp_of(x); }, kTranscendentalGrain);
+    launch_float_unary_array(
+        L, "exp", [](const float* in, float* out, int64_t n) __attribute__((always_inline)) { exp_array(in, out, n); },
+        [](auto x) __attribute__((always_inline)) { return exp_of(x); }, kTranscendentalGrain);
   });
 }
 TFL_Error* kernel_sqrt(const TFL_Kernel_Args* a) {

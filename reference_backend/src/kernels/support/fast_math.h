@@ -504,6 +504,15 @@ inline __attribute__((always_inline)) void log_array(const float* in, float* out
       [](float x) __attribute__((always_inline)) { return kLog2 ? log2_form<true>(x) : log_form<true>(x); });
 }
 
+// exp of n float32 values: blocks within [-87, 87] on exp_f32_normal (no
+// clamp, NaN select or two-factor scaling), exp_f32's bits there.
+inline __attribute__((always_inline)) void exp_array(const float* in, float* out, int64_t n) {
+  blocked_array(
+      in, out, n, [](float x) __attribute__((always_inline)) { return std::fabs(x) <= 87.0f; },
+      [](float x) __attribute__((always_inline)) { return exp_f32_normal(x); },
+      [](float x) __attribute__((always_inline)) { return exp_f32(x); });
+}
+
 // The compute type's exp, atan, asin, acos, erf, tanh, log, exp2, log2 and log1p: the vectorizable float32
 // forms above, libm for double.
 FLEMU_FLOAT_FORM(exp_of, exp_f32, std::exp)
