@@ -402,12 +402,16 @@ inline __attribute__((always_inline)) float log1p_f32(float x) {
 }
 
 // sin, cos and tan for |x| < kTrigLimit (callers take libm beyond, and for
-// inf and NaN: trig_in_range): x - k pi/2 in double with pi/2 in two parts,
-// the first of 33 bits so k times it is exact (k < 2^20), which leaves the
-// remainder accurate to about 1e-20; then sin and cos of the remainder in
-// [-pi/4, pi/4] by Taylor polynomials in double (truncation below 2e-10
-// relative), and the result (tan: their quotient) rounded once to float:
-// within 1 ulp.
+// inf and NaN: trig_in_range), in double and rounded once to float, within
+// 1 ulp. The remainder r = x - j pi/2 takes pi/2 in two parts, the first of
+// 33 bits so j times it is exact (|j| < 2^20): r is accurate to about 1e-20.
+// sin and cos: j is the even (sin) or odd (cos) integer nearest 2x/pi, so r
+// is in [-pi/2, pi/2] and the result is +-sin r: one polynomial, degree 4 in
+// r^2 (relative error 1.1e-10; numpy's chebfit of (sin r / r - 1) / r^2 at
+// 300 Chebyshev nodes, then cheb2poly), its sign flipped where j / 2 (sin)
+// or (j + 1) / 2 (cos) is odd. tan: j is the integer nearest 2x/pi, r in
+// [-pi/4, pi/4], sin r and cos r by Taylor polynomials (truncation below
+// 2e-10 relative), tan x their quotient, or minus the inverse one for odd j.
 constexpr float kTrigLimit = 1048576.0f;  // 2^20
 
 enum class Trig { Sin, Cos, Tan };
@@ -416,35 +420,60 @@ inline __attribute__((always_inline)) bool trig_in_range(float x) {
   return std::fabs(x) < kTrigLimit;
 }
 
+// 1.5 * 2^52: adding it rounds a double below 2^51 in magnitude to an
+// integer, held in the sum's low mantissa bits.
+constexpr double kShift52 = 6755399441055744.0;
+
+inline __attribute__((always_inline)) double minus_half_pis(double xd, double j) {
+  return mul_add(j, -6.07710050650619224932e-11, mul_add(j, -1.57079632673412561417e+00, xd));
+}
+
 template <Trig kFn>
 inline __attribute__((always_inline)) float trig_f32(float x) {
   const double xd = x;
-  // k = round(x * 2 / pi), by the 1.5 * 2^52 trick.
-  const double k = mul_add(xd, 0.63661977236758134308, 6755399441055744.0) - 6755399441055744.0;
-  const double r = mul_add(k, -6.07710050650619224932e-11, mul_add(k, -1.57079632673412561417e+00, xd));
+  if constexpr (kFn != Trig::Tan) {
+    // m = round(x / pi) (sin) or round(x / pi + 1/2) (cos), by the 1.5 * 2^52 trick.
+    constexpr double kInvPi = 0.31830988618379067154;
+    const double shifted =
+        kFn == Trig::Cos ? mul_add(xd, kInvPi, 0.5) + kShift52 : mul_add(xd, kInvPi, kShift52);
+    const double m = shifted - kShift52;
+    const double r = minus_half_pis(xd, kFn == Trig::Cos ? m + m - 1.0 : m + m);
+    const double s = r * r;
+    double p = -2.408047231272273e-08;
+    p = mul_add(p, s, 2.753647747668771e-06);
+    p = mul_add(p, s, -1.984108677613653e-04);
+    p = mul_add(p, s, 8.333332769813503e-03);
+    p = mul_add(p, s, -1.6666666663889415e-01);
+    const double v = r * mul_add(s, p, 1.0);  // keeps the sign of -0
+    // (-1)^m sin r: m's low bit, the sum's lowest mantissa bit, into the sign bit.
+    uint64_t v_bits, m_bits;
+    std::memcpy(&v_bits, &v, sizeof v);
+    std::memcpy(&m_bits, &shifted, sizeof shifted);
+    v_bits ^= m_bits << 63;
+    double signed_v;
+    std::memcpy(&signed_v, &v_bits, sizeof v_bits);
+    return static_cast<float>(signed_v);
+  }
+  // k = round(x * 2 / pi).
+  const double k = mul_add(xd, 0.63661977236758134308, kShift52) - kShift52;
+  const double r = minus_half_pis(xd, k);
   const double s = r * r;
   double ps = -1.0 / 39916800.0;
   ps = mul_add(ps, s, 1.0 / 362880.0);
   ps = mul_add(ps, s, -1.0 / 5040.0);
   ps = mul_add(ps, s, 1.0 / 120.0);
   ps = mul_add(ps, s, -1.0 / 6.0);
-  const double sin_r = r * mul_add(s, ps, 1.0);  // keeps the sign of -0
+  const double sin_r = r * mul_add(s, ps, 1.0);
   double pc = -1.0 / 3628800.0;
   pc = mul_add(pc, s, 1.0 / 40320.0);
   pc = mul_add(pc, s, -1.0 / 720.0);
   pc = mul_add(pc, s, 1.0 / 24.0);
   pc = mul_add(pc, s, -0.5);
   const double cos_r = mul_add(s, pc, 1.0);
-  const int32_t q = static_cast<int32_t>(k) + (kFn == Trig::Cos ? 1 : 0);
   // tan(x) is tan r for even k, -1 / tan r for odd k: the operands chosen
   // first, so one division (a vector form of the two quotients divides twice).
-  if constexpr (kFn == Trig::Tan) {
-    const bool odd = q & 1;
-    return static_cast<float>((odd ? -cos_r : sin_r) / (odd ? sin_r : cos_r));
-  }
-  // sin(x) is sin r, cos r, -sin r, -cos r for k = 0, 1, 2, 3 mod 4; cos(x) is sin(x + pi/2).
-  const double v = (q & 1) ? cos_r : sin_r;
-  return static_cast<float>((q & 2) ? -v : v);
+  const bool odd = static_cast<int32_t>(k) & 1;
+  return static_cast<float>((odd ? -cos_r : sin_r) / (odd ? sin_r : cos_r));
 }
 
 // One value's sin, cos or tan: the vector form in range, libm beyond it (the
