@@ -291,6 +291,58 @@ int64_t checked_size(const TFL_GraphValue& v, int32_t d) { return v.sizes[d]; }
 
 }  // namespace
 
+namespace {
+
+// Whether an operand is laid out densely on the program's loop (element i
+// of the loop at i from its base) in the compute type: a full tile of it can
+// then be read or written where it is.
+bool dense_in_compute_type(const Program& p, const Operand& op) {
+  if (op.dtype != (p.double_compute ? TFL_DTYPE_FLOAT64 : TFL_DTYPE_FLOAT32)) return false;
+  int64_t expected = 1;
+  for (int32_t d = p.ndim - 1; d >= 0; --d) {
+    if (p.sizes[d] != 1 && op.strides[d] != expected) return false;
+    expected *= p.sizes[d];
+  }
+  return true;
+}
+
+// The executor's plan (Program::run_code and what follows it).
+void plan_direct_operands(Program& p) {
+  p.run_code = p.code;
+  p.run_regs = p.num_regs;
+  p.in_reg.clear();
+  p.direct_in.assign(p.inputs.size(), 0);
+  p.may_direct_out.assign(p.outputs.size(), 0);
+  // An output the code never writes is an input passed through: it is
+  // stored from the input's register, which must then hold the input.
+  std::vector<char> written(static_cast<size_t>(p.num_regs), 0);
+  for (const Instr& in : p.code) written[in.dst] = 1;
+  for (size_t k = 0; k < p.inputs.size(); ++k) {
+    const int16_t r = static_cast<int16_t>(p.inputs[k].reg);
+    p.in_reg.push_back(r);
+    bool passed_through = false;
+    for (const Operand& out : p.outputs) passed_through = passed_through || (out.reg == r && !written[r]);
+    if (passed_through || !dense_in_compute_type(p, p.inputs[k])) continue;
+    const int16_t own = static_cast<int16_t>(p.run_regs++);
+    for (Instr& in : p.run_code) {
+      for (int16_t* s : {&in.a, &in.b, &in.c})
+        if (*s == r) *s = own;
+      if (in.dst == r) break;
+    }
+    p.in_reg[k] = own;
+    p.direct_in[k] = 1;
+  }
+  for (size_t k = 0; k < p.outputs.size(); ++k) {
+    const Operand& op = p.outputs[k];
+    bool ok = dense_in_compute_type(p, op);
+    for (size_t j = 0; ok && j < p.outputs.size(); ++j) ok = j == k || p.outputs[j].reg != op.reg;
+    for (size_t j = 0; ok && j < p.inputs.size(); ++j) ok = p.in_reg[j] != op.reg;
+    p.may_direct_out[k] = ok;
+  }
+}
+
+}  // namespace
+
 bool compile_program(const TFL_Graph& g, Program* program, Decline* out_decline) {
   if (g.num_values > 0 && g.values == nullptr) invalid_argument("graph.values is NULL");
   if (g.num_nodes > 0 && g.nodes == nullptr) invalid_argument("graph.nodes is NULL");
@@ -537,6 +589,7 @@ bool compile_program(const TFL_Graph& g, Program* program, Decline* out_decline)
       if (shape_of.sizes[d] == 0) p.numel = 0;
     for (size_t k = 0; k < strides.size(); ++k)
       for (size_t d = 0; d < sizes.size(); ++d) operand_at(k).strides[d] = strides[k][d];
+    plan_direct_operands(p);
     return true;
   } catch (Declined& d) {
     *out_decline = std::move(d.what);

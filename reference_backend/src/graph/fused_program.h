@@ -105,6 +105,22 @@ struct Program {
   int64_t sizes[kMaxFusedDims] = {};
   int64_t numel = 0;
   size_t num_nodes = 0;
+  // The executor's plan, static per program (compile_program fills it).
+  // Full tiles of a direct operand are not copied: the register the code
+  // reads it from, or writes it to, is the operand's own memory. Inputs
+  // dense in the compute type are direct: each gets a register of its own
+  // (in_reg), which run_code reads until its first write to the input's
+  // register in `code` (the allocator reuses an input's register once its
+  // value is dead), so nothing is ever written to an input. An output may be
+  // direct (may_direct_out) when dense in the compute type, its register is
+  // no other output's and holds no input the code still reads from it; the
+  // executor makes it direct when its memory also overlaps no input's (an
+  // in-place output would overwrite an input that a later instruction of
+  // the tile still reads).
+  std::vector<Instr> run_code;  // code, direct inputs read from their own registers
+  int32_t run_regs = 0;         // num_regs and those registers
+  std::vector<int32_t> in_reg;  // per input
+  std::vector<char> direct_in, may_direct_out;
 };
 
 // Why a region was declined: a reason and the node it is about (-1 = none).
