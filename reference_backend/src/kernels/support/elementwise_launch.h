@@ -62,7 +62,7 @@ void launch_float_unary(const Launch& L, const char* op, F f, int64_t grain = kP
 
 // launch_float_unary, with float32 runs of unit stride through
 // array(in, out, n) (out may be in), a form over many values at once that
-// gives f's bits (trig_array, softplus_array); other float32 runs take f one
+// gives f's bits (trig_array, log_array, exp_array, softplus_array); other float32 runs take f one
 // value at a time.
 template <class Array, class F>
 void launch_float_unary_array(const Launch& L, const char* op, Array array, F f, int64_t grain = kParallelGrain) {
