@@ -142,9 +142,9 @@ inline __attribute__((always_inline)) float exp2_f32(float x) {
 }
 
 // c[0] + c[1] x + ... + c[N-1] x^(N-1) by Horner's rule, one rounding a step.
-template <size_t N>
-inline __attribute__((always_inline)) float horner(const float (&c)[N], float x) {
-  float p = c[N - 1];
+template <class T, size_t N>
+inline __attribute__((always_inline)) T horner(const T (&c)[N], T x) {
+  T p = c[N - 1];
 #pragma GCC unroll 16
   for (int k = static_cast<int>(N) - 2; k >= 0; --k) p = mul_add(p, x, c[k]);
   return p;
@@ -289,12 +289,9 @@ inline __attribute__((always_inline)) float normal_cdf_f32(float x, float* e) {
 inline __attribute__((always_inline)) float tanh_f32(float x) {
   const float a = std::fabs(x);
   const float z = x * x;
-  float p = -5.70498872745e-3f;
-  p = mul_add(p, z, 2.06390887954e-2f);
-  p = mul_add(p, z, -5.37397155531e-2f);
-  p = mul_add(p, z, 1.33314422036e-1f);
-  p = mul_add(p, z, -3.33332819422e-1f);
-  const float near = mul_add(p * z, x, x);
+  constexpr float kTanhNear[] = {-3.33332819422e-1f, 1.33314422036e-1f, -5.37397155531e-2f, 2.06390887954e-2f,
+                                 -5.70498872745e-3f};
+  const float near = mul_add(horner(kTanhNear, z) * z, x, x);
   // Beyond 44, exp(2|x|) would overflow; tanh is 1 in float32 long before.
   // The clamped argument is in exp_f32_normal's range (NaN stays NaN).
   const float e = exp_f32_normal(2.0f * (a > 44.0f ? 44.0f : a));
@@ -330,16 +327,9 @@ inline __attribute__((always_inline)) LogSplit log_split(float x) {
   const float f = bits_to_float(bits - (offset & static_cast<int32_t>(0xff800000))) - 1.0f;
   const float fe = static_cast<float>(e) - (denormal ? 23.0f : 0.0f);
   const float z = f * f;
-  float p = 7.0376836292e-2f;
-  p = mul_add(p, f, -1.1514610310e-1f);
-  p = mul_add(p, f, 1.1676998740e-1f);
-  p = mul_add(p, f, -1.2420140846e-1f);
-  p = mul_add(p, f, 1.4249322787e-1f);
-  p = mul_add(p, f, -1.6668057665e-1f);
-  p = mul_add(p, f, 2.0000714765e-1f);
-  p = mul_add(p, f, -2.4999993993e-1f);
-  p = mul_add(p, f, 3.3333331174e-1f);
-  return {fe, f, z, p * f * z};
+  constexpr float kLog[] = {3.3333331174e-1f,  -2.4999993993e-1f, 2.0000714765e-1f, -1.6668057665e-1f, 1.4249322787e-1f,
+                            -1.2420140846e-1f, 1.1676998740e-1f,  -1.1514610310e-1f, 7.0376836292e-2f};
+  return {fe, f, z, horner(kLog, f) * f * z};
 }
 
 // out where x is finite and positive; inf, -inf (x = 0) or NaN (x < 0 or NaN) otherwise.
@@ -439,12 +429,9 @@ inline __attribute__((always_inline)) float trig_f32(float x) {
     const double m = shifted - kShift52;
     const double r = minus_half_pis(xd, kFn == Trig::Cos ? m + m - 1.0 : m + m);
     const double s = r * r;
-    double p = -2.408047231272273e-08;
-    p = mul_add(p, s, 2.753647747668771e-06);
-    p = mul_add(p, s, -1.984108677613653e-04);
-    p = mul_add(p, s, 8.333332769813503e-03);
-    p = mul_add(p, s, -1.6666666663889415e-01);
-    const double v = r * mul_add(s, p, 1.0);  // keeps the sign of -0
+    constexpr double kSin[] = {-1.6666666663889415e-01, 8.333332769813503e-03, -1.984108677613653e-04,
+                               2.753647747668771e-06, -2.408047231272273e-08};
+    const double v = r * mul_add(s, horner(kSin, s), 1.0);  // keeps the sign of -0
     // (-1)^m sin r: m's low bit, the sum's lowest mantissa bit, into the sign bit.
     uint64_t v_bits, m_bits;
     std::memcpy(&v_bits, &v, sizeof v);
