@@ -272,8 +272,9 @@ int main() {
   expect(std::memcmp(in_place.data(), cosines.data(), cosines.size() * sizeof(float)) == 0, "cos in place", 0, 0, 0);
   // log_array (blocks of positive normal values without the special-value selects) gives log_f32's and
   // log2_f32's bits, over blocks with and without zeros, negatives, denormals, inf and NaN; in place too.
-  std::vector<float> logs_in = positive;  // every 97th float: blocks of normal values, and of denormals
-  for (float x : {0.0f, -1.0f, INFINITY, NAN, -0.0f, 1e-40f}) logs_in.insert(logs_in.begin() + 300000, x);
+  // Every 997th positive float: blocks of denormals, then of normal values, one of them with the rest.
+  std::vector<float> logs_in = grid(0, 0x7f800001u, 997, false);
+  for (float x : {0.0f, -1.0f, INFINITY, NAN, -0.0f, 1e-40f}) logs_in.insert(logs_in.begin() + 30000, x);
   for (const bool log2 : {false, true}) {
     std::vector<float> arrayed(logs_in.size()), in_place_log = logs_in;
     const auto run = [log2](const float* in, float* out, int64_t n) {
