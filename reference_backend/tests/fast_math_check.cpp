@@ -58,6 +58,20 @@ std::vector<float> grid(uint32_t first, uint32_t limit, uint32_t stride, bool bo
   return xs;
 }
 
+// array(in, out, n), a form over many values, gives one(x)'s bits for every value of xs, out of place and in place.
+template <class Array, class One>
+void expect_array_bits(const char* what, const std::vector<float>& xs, Array array, One one) {
+  std::vector<float> arrayed(xs.size()), in_place = xs;
+  array(xs.data(), arrayed.data(), static_cast<int64_t>(xs.size()));
+  array(in_place.data(), in_place.data(), static_cast<int64_t>(in_place.size()));
+  int differ = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float want = one(xs[i]);
+    differ += std::memcmp(&want, &arrayed[i], sizeof want) != 0 || std::memcmp(&want, &in_place[i], sizeof want) != 0;
+  }
+  expect(differ == 0, what, differ, differ, 0);
+}
+
 // Every `stride`-th float of [-1, 1], and a few beyond it (asin, acos and atanh give NaN there).
 std::vector<float> unit_and_beyond(uint32_t stride) {
   std::vector<float> xs = grid(0, 0x3f800001u, stride, true);
@@ -275,36 +289,13 @@ int main() {
   // Every 997th positive float: blocks of denormals, then of normal values, one of them with the rest.
   std::vector<float> logs_in = grid(0, 0x7f800001u, 997, false);
   for (float x : {0.0f, -1.0f, INFINITY, NAN, -0.0f, 1e-40f}) logs_in.insert(logs_in.begin() + 30000, x);
-  for (const bool log2 : {false, true}) {
-    std::vector<float> arrayed(logs_in.size()), in_place_log = logs_in;
-    const auto run = [log2](const float* in, float* out, int64_t n) {
-      if (log2) flemu::log_array<true>(in, out, n);
-      else flemu::log_array<false>(in, out, n);
-    };
-    run(logs_in.data(), arrayed.data(), static_cast<int64_t>(logs_in.size()));
-    run(in_place_log.data(), in_place_log.data(), static_cast<int64_t>(in_place_log.size()));
-    int differ = 0;
-    for (size_t i = 0; i < logs_in.size(); ++i) {
-      const float one = log2 ? flemu::log2_f32(logs_in[i]) : flemu::log_f32(logs_in[i]);
-      differ += std::memcmp(&one, &arrayed[i], sizeof one) != 0 || std::memcmp(&one, &in_place_log[i], sizeof one) != 0;
-    }
-    expect(differ == 0, log2 ? "log_array<log2> = log2_f32" : "log_array = log_f32", differ, differ, 0);
-  }
+  expect_array_bits("log_array = log_f32", logs_in, flemu::log_array<false>, flemu::log_f32);
+  expect_array_bits("log_array<log2> = log2_f32", logs_in, flemu::log_array<true>, flemu::log2_f32);
   // exp_array (blocks within [-87, 87] without the clamp and two-factor scaling) gives exp_f32's bits, over
   // blocks with and without arguments whose result is denormal, 0 or inf, and NaN; in place too.
-  {
-    std::vector<float> exps_in = grid(0, 0x43000000u, 997, true);  // |x| < 128, both signs interleaved
-    for (float x : {NAN, INFINITY, -INFINITY, 87.5f, -100.0f}) exps_in.insert(exps_in.begin() + 100000, x);
-    std::vector<float> arrayed(exps_in.size()), in_place_exp = exps_in;
-    flemu::exp_array(exps_in.data(), arrayed.data(), static_cast<int64_t>(exps_in.size()));
-    flemu::exp_array(in_place_exp.data(), in_place_exp.data(), static_cast<int64_t>(in_place_exp.size()));
-    int differ = 0;
-    for (size_t i = 0; i < exps_in.size(); ++i) {
-      const float one = flemu::exp_f32(exps_in[i]);
-      differ += std::memcmp(&one, &arrayed[i], sizeof one) != 0 || std::memcmp(&one, &in_place_exp[i], sizeof one) != 0;
-    }
-    expect(differ == 0, "exp_array = exp_f32", differ, differ, 0);
-  }
+  std::vector<float> exps_in = grid(0, 0x43000000u, 997, true);  // |x| < 128, both signs interleaved
+  for (float x : {NAN, INFINITY, -INFINITY, 87.5f, -100.0f}) exps_in.insert(exps_in.begin() + 100000, x);
+  expect_array_bits("exp_array = exp_f32", exps_in, flemu::exp_array, flemu::exp_f32);
   // exp_nonpositive_f32 (sigmoid's and gelu's) is exp_f32 wherever its argument is not positive.
   for (uint32_t b = 0x80000000u; b <= 0xff800000u; b += 13) {
     const float x = from_bits(b), a = flemu::exp_f32(x), c = flemu::exp_nonpositive_f32(x);
