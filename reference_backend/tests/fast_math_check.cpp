@@ -5,7 +5,8 @@
 // exp2 0.92 and log2 0.75 (what a run over all 2^32 inputs measured), log1p within 2, softplus (log1p of exp) within
 // 3 (sin and cos through trig_array, libm beyond its range, over every 61st
 // float up to 2^21); log_array gives log_f32's and log2_f32's bits,
-// exp_array exp_f32's; the special values libm gives; tan, expm1,
+// exp_array exp_f32's; the special values libm gives; tan (0.51 below
+// 2^20), expm1,
 // log10, sinh, cosh, atanh, asinh, acosh, logit, mish, elu
 // and its gradient evaluated in
 // double (support/double_math.h) within 1 ulp; exp_nonpositive_f32 is exp_f32 on non-positive
@@ -130,22 +131,32 @@ double elu_ref(double x) { return x > 0.0 ? x : std::expm1(x); }
 double elu_grad_ref(double x) { return x > 0.0 ? 1.0 : std::exp(x); }
 
 // The float32 functions evaluated in double (support/double_math.h) over
-// every stride-th float of their domain, both signs, within 1 ulp.
+// every stride-th float of their domain, both signs, within 1 ulp; tan
+// within 0.51 below 2^20 (its Pade form; what a run over all those inputs
+// measured: 0.501), libm's tanf beyond.
 void check_double_math() {
   const std::vector<float> all = grid(0, 0x7f800001u, 509, true);
   const std::vector<float> unit = unit_and_beyond(37);
   std::vector<float> angles = grid(0, 0x4a000000u, 257, true);
   std::vector<float> tans(angles.size());
   flemu::trig_array<flemu::Trig::Tan>(angles.data(), tans.data(), static_cast<int64_t>(angles.size()));
+  std::vector<float> near_angles, near_tans, far_angles, far_tans;
+  for (size_t i = 0; i < angles.size(); ++i) {
+    const bool in = flemu::trig_in_range(angles[i]);
+    (in ? near_angles : far_angles).push_back(angles[i]);
+    (in ? near_tans : far_tans).push_back(tans[i]);
+  }
   struct Row {
     const char* name;
     const std::vector<float>& xs;
     std::vector<float> got;
     double (*ref)(double);
     double abs_floor;
+    double bound = 1.0;
   };
   const Row rows[] = {
-      {"tan", angles, tans, tan_ref, 0.0},
+      {"tan", near_angles, near_tans, tan_ref, 0.0, 0.51},
+      {"tan beyond 2^20", far_angles, far_tans, tan_ref, 0.0},
       {"expm1", all, map(all, flemu::expm1_f32), expm1_ref, 0.0},
       {"log10", all, map(all, flemu::log10_f32), log10_ref, 0.0},
       {"sinh", all, map(all, flemu::sinh_f32), sinh_ref, 0.0},
@@ -162,8 +173,8 @@ void check_double_math() {
   std::printf("worst:");
   for (const Row& r : rows) {
     char what[64];
-    std::snprintf(what, sizeof what, "%s within 1 ulp", r.name);
-    std::printf(" %s %.3f", r.name, worst_of(what, r.xs, r.got, r.ref, 1.0, r.abs_floor));
+    std::snprintf(what, sizeof what, "%s within %g ulp", r.name, r.bound);
+    std::printf(" %s %.3f", r.name, worst_of(what, r.xs, r.got, r.ref, r.bound, r.abs_floor));
   }
   std::printf("\n");
   // The one-value form gives the array's bits.

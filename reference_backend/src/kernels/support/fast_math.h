@@ -400,8 +400,10 @@ inline __attribute__((always_inline)) float log1p_f32(float x) {
 // r^2 (relative error 1.1e-10; numpy's chebfit of (sin r / r - 1) / r^2 at
 // 300 Chebyshev nodes, then cheb2poly), its sign flipped where j / 2 (sin)
 // or (j + 1) / 2 (cos) is odd. tan: j is the integer nearest 2x/pi, r in
-// [-pi/4, pi/4], sin r and cos r by Taylor polynomials (truncation below
-// 2e-10 relative), tan x their quotient, or minus the inverse one for odd j.
+// [-pi/4, pi/4], tan r = r P(s) / Q(s) with s = r^2, the [2/3] Pade
+// approximant in s (from tan's continued fraction; relative error 5.9e-11),
+// and tan x that quotient, or -Q / (r P) for odd j (0.501 ulp over all
+// |x| < 2^20).
 constexpr float kTrigLimit = 1048576.0f;  // 2^20
 
 enum class Trig { Sin, Cos, Tan };
@@ -445,22 +447,14 @@ inline __attribute__((always_inline)) float trig_f32(float x) {
   const double k = mul_add(xd, 0.63661977236758134308, kShift52) - kShift52;
   const double r = minus_half_pis(xd, k);
   const double s = r * r;
-  double ps = -1.0 / 39916800.0;
-  ps = mul_add(ps, s, 1.0 / 362880.0);
-  ps = mul_add(ps, s, -1.0 / 5040.0);
-  ps = mul_add(ps, s, 1.0 / 120.0);
-  ps = mul_add(ps, s, -1.0 / 6.0);
-  const double sin_r = r * mul_add(s, ps, 1.0);
-  double pc = -1.0 / 3628800.0;
-  pc = mul_add(pc, s, 1.0 / 40320.0);
-  pc = mul_add(pc, s, -1.0 / 720.0);
-  pc = mul_add(pc, s, 1.0 / 24.0);
-  pc = mul_add(pc, s, -0.5);
-  const double cos_r = mul_add(s, pc, 1.0);
-  // tan(x) is tan r for even k, -1 / tan r for odd k: the operands chosen
-  // first, so one division (a vector form of the two quotients divides twice).
+  constexpr double kP[] = {-4.0 / 33.0, 1.0 / 495.0};
+  constexpr double kQ[] = {-5.0 / 11.0, 2.0 / 99.0, -1.0 / 10395.0};
+  const double p = r * mul_add(s, horner(kP, s), 1.0);  // keeps the sign of -0
+  const double q = mul_add(s, horner(kQ, s), 1.0);
+  // tan(x) is p / q for even k, -q / p for odd k: the operands chosen first,
+  // so one division (a vector form of the two quotients divides twice).
   const bool odd = static_cast<int32_t>(k) & 1;
-  return static_cast<float>((odd ? -cos_r : sin_r) / (odd ? sin_r : cos_r));
+  return static_cast<float>((odd ? -q : p) / (odd ? p : q));
 }
 
 // One value's sin, cos or tan: the vector form in range, libm beyond it (the
