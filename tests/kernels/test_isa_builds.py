@@ -171,11 +171,21 @@ def _under_each(script: str) -> dict[str, dict]:
 
 
 def test_the_builds_this_cpu_runs_are_all_compared() -> None:
+    # The tests below compare every build /proc/cpuinfo says this CPU runs
+    # (the project's hosts: AVX-512 Xeons and AVX2 EPYCs). flemu's own
+    # detection must agree: the widest of them runs, and the next wider one
+    # is refused with the widest named.
     builds = _builds()
     assert builds[0] == "baseline"
-    # The project's machines have AVX2 and AVX-512; a CPU without them
-    # compares fewer builds, and this says so.
-    assert builds == ["baseline", "avx2", "avx512"], f"this CPU runs only {builds}"
+    widest = builds[-1]
+    ran = run_python("import torch, torch_fl; print(torch.ones(3, device='flemu').add(1).sum().item())",
+                     env={"FLEMU_ISA": widest})
+    assert assert_ok(ran).strip().splitlines()[-1] == "6.0"
+    wider = {"baseline": "avx2", "avx2": "avx512"}.get(widest)
+    if wider is not None:
+        refused = run_python("import torch_fl, torch", env={"FLEMU_ISA": wider})
+        assert f"FLEMU_ISA={wider} asks for a build this CPU cannot run (its widest is {widest})" in refused.stderr, (
+            refused.stderr[-2000:])
 
 
 def test_an_unknown_build_is_refused_with_the_choices() -> None:
